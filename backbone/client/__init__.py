@@ -1,0 +1,1 @@
+"""Our Kafka client: Producer, Consumer and Admin, an asyncio core with a synchronous face."""
