@@ -56,7 +56,9 @@ class StickyPartitioner:
             self._current[topic] = current
         return current
 
-    def batch_completed(self, topic: str, partition: int, partitions: int, available: list[int] | None) -> None:
+    def batch_completed(
+        self, topic: str, partition: int, partitions: int, available: list[int] | None
+    ) -> None:
         """Called when the sticky partition's batch was closed: pick another partition for new records."""
         if self._current.get(topic) == partition:
             self._current[topic] = self._choose(partitions, available, exclude=partition)
