@@ -41,7 +41,7 @@ NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -101,7 +101,7 @@ class BatchHeader(NamedTuple):
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at `pos` without any validation (the caller knows 61 bytes are there)."""
-    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
+    return BatchHeader._make(HEADER_STRUCT.unpack_from(buf, pos))
 
 
 def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
