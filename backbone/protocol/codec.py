@@ -104,7 +104,8 @@ def _writer(entity_type: type) -> Callable[[io.BytesIO, Any], None]:
 
 
 def _decode(entity_type: type, buf: Buffer, pos: int) -> Entity:
-    view = memoryview(buf).cast("B")
+    # kio's native reader refuses writable buffers; a read-only view costs no copy.
+    view = memoryview(buf).cast("B").toreadonly()
     if pos > len(view):
         raise MalformedMessage("body starts past the end of the frame")
     try:

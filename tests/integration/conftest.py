@@ -85,3 +85,6 @@ def cluster_store(store_factory: Callable[..., ClusterStore]) -> ClusterStore:
 @pytest.fixture
 def wait_for() -> WaitFor:
     return wait_until
+
+
+from broker_fixtures import broker, broker_factory  # noqa: E402, F401 - fixtures for every integration test

@@ -1,0 +1,5 @@
+import sys
+
+from backbone.cli import main
+
+sys.exit(main())

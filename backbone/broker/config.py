@@ -1,0 +1,135 @@
+"""Broker configuration: Kafka's property names, typed and checked before the broker starts.
+
+Keys of the storage engine (`log.*` retention, segment and flush settings) are checked by the log room's
+own configuration; everything else is declared here. A bad or unknown key stops the broker at start with
+a message naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from backbone.log.config import LogConfig, broker_property_names
+from backbone.properties import ConfigError, Property, parse_list, resolve
+from backbone.protocol.errors import InvalidConfigError
+
+DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+# Security protocols the connection layer serves today; SSL and SASL plug into the same Listener later.
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+_P = Property
+BROKER_PROPERTIES: dict[str, Property] = {
+    p.name: p
+    for p in (
+        _P("broker.id", int, required=True, minimum=0, doc="a unique non-negative integer per broker"),
+        _P("broker.rack", str, None, "rack of this broker, for rack-aware replica placement"),
+        _P("listeners", list, ["PLAINTEXT://127.0.0.1:9092"], "NAME://host:port endpoints to listen on"),
+        _P("advertised.listeners", list, None, "endpoints clients are told to use (default: listeners)"),
+        _P("listener.security.protocol.map", list, parse_list(DEFAULT_SECURITY_PROTOCOL_MAP)),
+        _P("inter.broker.listener.name", str, None, "listener brokers use to talk to each other"),
+        _P("log.dirs", list, None, "directories that hold the partition logs"),
+        _P("log.dir", str, "/tmp/backbone-logs", "the log directory when log.dirs is not set"),
+        _P("zookeeper.connect", str, required=True, doc="host:port[,host:port]/chroot of the cluster"),
+        _P("zookeeper.session.timeout.ms", int, 18000, minimum=2000),
+        _P("zookeeper.connection.timeout.ms", int, 18000, minimum=1000),
+        _P("num.partitions", int, 1, minimum=1),
+        _P("default.replication.factor", int, 1, minimum=1),
+        _P("min.insync.replicas", int, 1, minimum=1),
+        _P("auto.create.topics.enable", bool, True),
+        _P("delete.topic.enable", bool, True),
+        _P("socket.request.max.bytes", int, 104857600, minimum=1024),
+        _P("replica.lag.time.max.ms", int, 30000, minimum=1),
+        _P("replica.fetch.max.bytes", int, 1048576, minimum=1),
+        _P("replica.fetch.wait.max.ms", int, 500, minimum=0),
+        _P("unclean.leader.election.enable", bool, False),
+        _P("auto.leader.rebalance.enable", bool, True),
+        _P("leader.imbalance.check.interval.seconds", int, 300, minimum=1),
+        _P("controlled.shutdown.enable", bool, True),
+        _P("log.retention.check.interval.ms", int, 300000, minimum=1),
+        _P("producer.id.expiration.ms", int, 86400000, minimum=1),
+        _P("offsets.topic.replication.factor", int, 3, minimum=1),
+        _P("offsets.topic.num.partitions", int, 50, minimum=1),
+        _P("offsets.retention.minutes", int, 10080, minimum=1),
+        _P("group.initial.rebalance.delay.ms", int, 3000, minimum=0),
+        _P("group.min.session.timeout.ms", int, 6000, minimum=0),
+        _P("group.max.session.timeout.ms", int, 1800000, minimum=0),
+        _P("cluster.name", str, None, "a human name for this cluster (dc1, aggregate, ...)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+def parse_endpoint(text: str, protocol_map: dict[str, str], key: str) -> Endpoint:
+    name, sep, address = text.partition("://")
+    host, colon, port_text = address.rpartition(":")
+    if not sep or not colon or not port_text.isdigit():
+        raise ConfigError(f"{key}: {text!r} must look like PLAINTEXT://host:port")
+    name = name.upper()
+    if name not in protocol_map:
+        raise ConfigError(f"{key}: listener {name} is not in listener.security.protocol.map")
+    protocol = protocol_map[name]
+    if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
+        raise ConfigError(
+            f"{key}: security protocol {protocol} of listener {name} is not supported yet "
+            f"(supported: {', '.join(SUPPORTED_SECURITY_PROTOCOLS)})"
+        )
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{key}: port {port} is out of range")
+    return Endpoint(name, host.strip("[]") or "0.0.0.0", port, protocol)
+
+
+class BrokerConfig:
+    """The resolved configuration of one broker."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        log_keys = broker_property_names()
+        self.values = resolve(BROKER_PROPERTIES, raw, allow_unknown=log_keys.__contains__)
+        try:
+            # The storage engine's own settings (log.retention.ms, log.segment.bytes, ...) are its to check.
+            self.log = LogConfig.from_properties({k: v for k, v in raw.items() if k in log_keys})
+        except InvalidConfigError as exc:
+            raise ConfigError(exc.message) from None
+        protocol_map = {}
+        for item in self.values["listener.security.protocol.map"]:
+            name, sep, protocol = item.partition(":")
+            if not sep:
+                raise ConfigError(f"listener.security.protocol.map: {item!r} must look like NAME:PROTOCOL")
+            protocol_map[name.strip().upper()] = protocol.strip().upper()
+        self.listeners = [parse_endpoint(t, protocol_map, "listeners") for t in self.values["listeners"]]
+        if not self.listeners:
+            raise ConfigError("listeners must name at least one endpoint")
+        advertised = self.values["advertised.listeners"]
+        self.advertised_listeners = (
+            [parse_endpoint(t, protocol_map, "advertised.listeners") for t in advertised]
+            if advertised
+            else list(self.listeners)
+        )
+        listener_names = {e.listener for e in self.listeners}
+        for endpoint in self.advertised_listeners:
+            if endpoint.listener not in listener_names:
+                raise ConfigError(f"advertised.listeners: {endpoint.listener} is not one of listeners")
+        self.inter_broker_listener = self.values["inter.broker.listener.name"] or self.listeners[0].listener
+        if self.inter_broker_listener not in listener_names:
+            raise ConfigError(
+                f"inter.broker.listener.name: {self.inter_broker_listener} is not one of listeners"
+            )
+        self.log_dirs: list[str] = self.values["log.dirs"] or [self.values["log.dir"]]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def broker_id(self) -> int:
+        return self.values["broker.id"]

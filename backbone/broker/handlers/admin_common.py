@@ -1,0 +1,100 @@
+"""What the admin handlers share: error codes with messages, and waiting for the metadata cache.
+
+Admin requests change ZooKeeper; the answer should only go out once this broker's metadata cache shows
+the change (as Kafka's controller path effectively guarantees), so a client that creates a topic and
+produces at once finds a leader. `MetadataWaiter` listens to the cache's change events and wakes the
+waiting handlers, bounded by each request's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from backbone.broker.handlers.common import error_code_of, error_message_of
+from backbone.broker.metadata import MetadataListener
+from backbone.coordination import CoordinationError, CoordinationUnavailableError
+
+if TYPE_CHECKING:
+    from backbone.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+
+def error_of(exc: BaseException, action: str) -> tuple[ErrorCode, str]:
+    """(code, message) for an exception raised while serving one item of an admin request.
+
+    ZooKeeper trouble has no Kafka code of its own; the client still deserves the room's message.
+    """
+    if isinstance(exc, CoordinationUnavailableError):
+        # Retriable, unlike UNKNOWN_SERVER_ERROR: clients try again once the ZooKeeper session is back.
+        log.warning("event=admin_failed action=%s error=%r", action, str(exc))
+        return ErrorCode.request_timed_out, str(exc)
+    if isinstance(exc, CoordinationError):
+        log.error("event=admin_failed action=%s error=%r", action, str(exc))
+        return ErrorCode.unknown_server_error, str(exc)
+    return error_code_of(exc), error_message_of(exc)
+
+
+class MetadataWaiter(MetadataListener):
+    """Wakes waiters on every metadata change this broker hears about (on the event loop)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._attached = False
+
+    def _attach(self) -> bool:
+        # The broker creates its MetadataSync during start-up, after handlers are registered.
+        if not self._attached and self.broker.sync is not None:
+            self.broker.sync.listeners.append(self)
+            self._attached = True
+        return self._attached
+
+    async def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until `condition()` holds, at most `timeout_s` seconds; return whether it holds."""
+        if condition():
+            return True
+        if timeout_s <= 0 or not self._attach():
+            return False
+        deadline = time.monotonic() + timeout_s
+        loop = asyncio.get_running_loop()
+        while not condition():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.add(waiter)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, remaining)
+            finally:
+                self._waiters.discard(waiter)
+        return True
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def on_brokers_changed(self, previous: set[int], current: set[int]) -> None:
+        self._wake()
+
+    def on_partition_state(self, topic: str, partition: int) -> None:
+        self._wake()
+
+    def on_topic_deleted(self, topic: str) -> None:
+        self._wake()
+
+    def on_topic_changed(self, topic: str) -> None:
+        self._wake()
+
+    def on_controller_changed(self, controller_id: int) -> None:
+        self._wake()

@@ -1,0 +1,91 @@
+"""DescribeCluster: the live brokers (at the address of the listener the request came in on), the cluster id
+and the controller. This is a ZooKeeper-mode cluster: brokers answer for brokers only, so a v1 request for
+controller endpoints (KIP-919) gets MISMATCHED_ENDPOINT_TYPE, as a Kafka broker answers it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from backbone.broker.handlers.common import build, response_module, throttle
+from backbone.broker.network import RequestContext
+from backbone.protocol.api import ApiKey
+
+if TYPE_CHECKING:
+    from backbone.broker.server import Broker
+
+# DescribeCluster v1's endpoint types.
+BROKER_ENDPOINT = 1
+CONTROLLER_ENDPOINT = 2
+
+# Kafka's value for "authorized operations not requested".
+NOT_REQUESTED = -(2**31)
+# Without an authorizer every operation on the cluster resource is allowed; Kafka then reports all the
+# operations that apply to it, as a bit set of AclOperation codes.
+_CLUSTER_OPERATIONS = (
+    5,  # CREATE
+    7,  # ALTER
+    8,  # DESCRIBE
+    9,  # CLUSTER_ACTION
+    10,  # DESCRIBE_CONFIGS
+    11,  # ALTER_CONFIGS
+    12,  # IDEMPOTENT_WRITE
+)
+ALL_CLUSTER_OPERATIONS = sum(1 << code for code in _CLUSTER_OPERATIONS)
+
+
+def register(broker: Broker) -> None:
+    async def handle(context: RequestContext) -> Any:
+        request = context.decode()
+        module = response_module(ApiKey.DESCRIBE_CLUSTER, context.api_version)
+        endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT)
+        operations = (
+            ALL_CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else NOT_REQUESTED
+        )
+        cache = broker.cache
+        if endpoint_type != BROKER_ENDPOINT:
+            return build(
+                module.DescribeClusterResponse,
+                throttle_time=throttle(),
+                error_code=ErrorCode.mismatched_endpoint_type,
+                error_message=(
+                    "The request was sent to an endpoint of type BROKER, "
+                    f"but we wanted an endpoint of type {_endpoint_name(endpoint_type)}"
+                ),
+                endpoint_type=BROKER_ENDPOINT,
+                cluster_id=cache.cluster_id or "",
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=NOT_REQUESTED,
+            )
+        listener = context.connection.listener.name
+        brokers = tuple(
+            build(
+                module.DescribeClusterBroker,
+                broker_id=broker_id,
+                host=address[0],
+                port=address[1],
+                rack=cache.brokers[broker_id].rack,
+            )
+            for broker_id in sorted(cache.brokers)
+            # A broker without this listener cannot be reached from here; Kafka leaves it out too.
+            if (address := cache.endpoint(broker_id, listener)) is not None
+        )
+        return build(
+            module.DescribeClusterResponse,
+            throttle_time=throttle(),
+            error_code=ErrorCode.none,
+            error_message=None,
+            endpoint_type=BROKER_ENDPOINT,
+            cluster_id=cache.cluster_id or "",
+            controller_id=cache.controller_id,
+            brokers=brokers,
+            cluster_authorized_operations=operations,
+        )
+
+    broker.api_table.register(ApiKey.DESCRIBE_CLUSTER, handle)
+
+
+def _endpoint_name(endpoint_type: int) -> str:
+    return "CONTROLLER" if endpoint_type == CONTROLLER_ENDPOINT else f"UNKNOWN({endpoint_type})"

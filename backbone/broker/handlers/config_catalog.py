@@ -1,0 +1,352 @@
+"""The topic-level and broker-level config keys the admin APIs accept and describe, as Kafka names them.
+
+A topic accepts three kinds of keys:
+- the storage engine's (`backbone.log.config.topic_property_names()`: retention, segments, flushing...),
+  checked by `LogConfig` and applied to the topic's open logs through the config change notifications;
+- broker settings a topic may override: `min.insync.replicas` (enforced on produce) and
+  `unclean.leader.election.enable` (stored only: the controller follows the broker's own setting);
+- the rest of Kafka's topic keys, which tools such as Kafka Streams and Connect set when they create
+  topics. They are checked and stored as Kafka does, so those tools work, but this broker does not act
+  on them yet; their documentation says so. Tiered-storage keys are refused: accepting them would
+  promise remote storage that does not exist.
+
+A topic key's default is the value of its broker-level synonym (`retention.ms` <- `log.retention.ms`), so
+DescribeConfigs reports it as STATIC_BROKER_CONFIG when the broker's file sets it and DEFAULT_CONFIG
+otherwise. The broker keeps only resolved values, so "set in the file" is read as "differs from the
+built-in default".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from backbone.broker.config import BROKER_PROPERTIES
+from backbone.log.config import LogConfig, topic_property_names
+from backbone.properties import ConfigError, Property
+from backbone.protocol.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from backbone.broker.server import Broker
+
+__all__ = [
+    "ConfigEntry",
+    "ConfigSource",
+    "ConfigType",
+    "broker_key_type",
+    "describe_broker",
+    "describe_topic",
+    "inherited_value",
+    "topic_key_type",
+    "validate_topic_overrides",
+]
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs' config_source values."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs' config_type values (v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    config_type: ConfigType
+    documentation: str
+    # (name, value, source), most specific first, as Kafka lists synonyms.
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...] = field(default_factory=tuple)
+
+    def wire_fields(self) -> dict[str, Any]:
+        """The fields CreateTopics' and DescribeConfigs' config entries share (no secrets here)."""
+        return {
+            "name": self.name,
+            "value": self.value,
+            "read_only": self.read_only,
+            "config_source": int(self.source),
+            "is_sensitive": False,
+            "config_type": int(self.config_type),
+        }
+
+
+# -- the storage engine's keys: type, broker-level synonym, documentation -------------------------------
+
+_LOG_KEYS: dict[str, tuple[ConfigType, str, str]] = {
+    "segment.bytes": (ConfigType.INT, "log.segment.bytes", "size of one log segment file"),
+    "segment.ms": (ConfigType.LONG, "log.roll.ms", "time after which a segment is rolled even if not full"),
+    "segment.index.bytes": (ConfigType.INT, "log.index.size.max.bytes", "maximum size of a segment's index"),
+    "index.interval.bytes": (
+        ConfigType.INT,
+        "log.index.interval.bytes",
+        "bytes between offset index entries",
+    ),
+    "retention.ms": (ConfigType.LONG, "log.retention.ms", "how long a segment is kept (-1: forever)"),
+    "retention.bytes": (ConfigType.LONG, "log.retention.bytes", "partition size above which old segments go"),
+    "flush.messages": (ConfigType.LONG, "log.flush.interval.messages", "messages between forced fsyncs"),
+    "flush.ms": (ConfigType.LONG, "log.flush.interval.ms", "time between forced fsyncs"),
+    "max.message.bytes": (ConfigType.INT, "message.max.bytes", "largest record batch the log accepts"),
+    "message.timestamp.type": (
+        ConfigType.STRING,
+        "log.message.timestamp.type",
+        "CreateTime (the producer's) or LogAppendTime (the broker's)",
+    ),
+    "cleanup.policy": (ConfigType.LIST, "log.cleanup.policy", "delete and/or compact (compaction: not yet)"),
+}
+
+# -- broker settings a topic overrides ------------------------------------------------------------------
+
+_BROKER_OVERRIDES = ("min.insync.replicas", "unclean.leader.election.enable")
+# The controller elects leaders by the broker's own setting only, so this override is stored, not used.
+_OVERRIDE_NOT_USED = frozenset({"unclean.leader.election.enable"})
+
+# -- Kafka's other topic keys: checked and stored, not acted on yet --------------------------------------
+
+_NOT_YET = " (stored for Kafka tools; this broker does not act on it yet)"
+_P = Property
+_STORED_ONLY: dict[str, tuple[Property, str]] = {
+    p.name: (p, broker_name)
+    for p, broker_name in (
+        (
+            _P(
+                "compression.type",
+                str,
+                "producer",
+                "compression of stored batches",
+                choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+            ),
+            "compression.type",
+        ),
+        (
+            _P("delete.retention.ms", int, 86400000, "tombstone retention", 0, LONG_MAX),
+            "log.cleaner.delete.retention.ms",
+        ),
+        (
+            _P("file.delete.delay.ms", int, 60000, "delay before deleting a file", 0, LONG_MAX),
+            "log.segment.delete.delay.ms",
+        ),
+        (
+            _P("max.compaction.lag.ms", int, LONG_MAX, "compaction lag", 1, LONG_MAX),
+            "log.cleaner.max.compaction.lag.ms",
+        ),
+        (
+            _P("min.compaction.lag.ms", int, 0, "compaction lag", 0, LONG_MAX),
+            "log.cleaner.min.compaction.lag.ms",
+        ),
+        (
+            _P("min.cleanable.dirty.ratio", float, 0.5, "compaction ratio", 0.0, 1.0),
+            "log.cleaner.min.cleanable.ratio",
+        ),
+        (_P("preallocate", bool, False, "preallocate segment files"), "log.preallocate"),
+        (
+            _P("segment.jitter.ms", int, 0, "random jitter of segment rolls", 0, LONG_MAX),
+            "log.roll.jitter.ms",
+        ),
+        (
+            _P("message.timestamp.before.max.ms", int, LONG_MAX, "largest age of a timestamp", 0, LONG_MAX),
+            "log.message.timestamp.before.max.ms",
+        ),
+        (
+            _P("message.timestamp.after.max.ms", int, LONG_MAX, "largest future timestamp", 0, LONG_MAX),
+            "log.message.timestamp.after.max.ms",
+        ),
+        (_P("leader.replication.throttled.replicas", list, [], "throttled leader replicas"), ""),
+        (_P("follower.replication.throttled.replicas", list, [], "throttled follower replicas"), ""),
+    )
+}
+
+_PYTHON_TYPES: dict[type, ConfigType] = {
+    bool: ConfigType.BOOLEAN,
+    int: ConfigType.INT,
+    float: ConfigType.DOUBLE,
+    list: ConfigType.LIST,
+    str: ConfigType.STRING,
+}
+
+
+def _known_topic_keys() -> frozenset[str]:
+    return topic_property_names() | frozenset(_BROKER_OVERRIDES) | frozenset(_STORED_ONLY)
+
+
+def topic_key_type(name: str) -> ConfigType:
+    """The type of a topic key (APPEND and SUBTRACT apply to LIST keys only); UNKNOWN if not a key."""
+    if name in _LOG_KEYS:
+        return _LOG_KEYS[name][0]
+    prop = BROKER_PROPERTIES.get(name) if name in _BROKER_OVERRIDES else None
+    if prop is None and name in _STORED_ONLY:
+        prop = _STORED_ONLY[name][0]
+    return _type_of(prop) if prop is not None else ConfigType.UNKNOWN
+
+
+def _type_of(prop: Property) -> ConfigType:
+    # Kafka's durations in milliseconds are LONGs; other integers are INTs.
+    if prop.type is int and prop.name.endswith(".ms"):
+        return ConfigType.LONG
+    return _PYTHON_TYPES.get(prop.type, ConfigType.STRING)
+
+
+def broker_key_type(name: str) -> ConfigType:
+    """The type of a broker-level key (UNKNOWN for keys this broker does not know)."""
+    if name in BROKER_PROPERTIES:
+        return _type_of(BROKER_PROPERTIES[name])
+    for key_type, broker_name, _ in _LOG_KEYS.values():
+        if broker_name == name:
+            return key_type
+    return ConfigType.UNKNOWN
+
+
+def render(value: Any) -> str | None:
+    """A typed value as Kafka's config strings write it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+# -- validation ------------------------------------------------------------------------------------------
+
+
+def validate_topic_overrides(overrides: Mapping[str, str], broker: Broker) -> None:
+    """Check a topic's whole override set; InvalidConfigError names the first bad key."""
+    known = _known_topic_keys()
+    for name in sorted(overrides):
+        if name not in known:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+    log_keys = topic_property_names()
+    LogConfig.from_properties(
+        {k: v for k, v in overrides.items() if k in log_keys}, base=broker.log_manager.default_config
+    )
+    for name, value in sorted(overrides.items()):
+        prop = BROKER_PROPERTIES[name] if name in _BROKER_OVERRIDES else _STORED_ONLY.get(name, (None,))[0]
+        if prop is not None:
+            _check_value(prop, value)
+
+
+def _check_value(prop: Property, value: str) -> None:
+    if prop.type is bool and value.strip().lower() not in ("true", "false"):
+        # Kafka's booleans are exactly true or false (any case); yes/no/1/0 would confuse Kafka tools.
+        raise InvalidConfigError(f"{prop.name}={value!r}: must be true or false")
+    try:
+        prop.parse(value)
+    except ConfigError as exc:
+        raise InvalidConfigError(str(exc)) from None
+    if prop.name.endswith("throttled.replicas") and not _valid_throttle_list(value):
+        raise InvalidConfigError(
+            f"{prop.name}={value!r}: must be * or a list of partition:broker pairs, e.g. 0:101,1:102"
+        )
+
+
+def _valid_throttle_list(value: str) -> bool:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if items == ["*"]:
+        return True
+    for item in items:
+        partition, colon, broker_id = item.partition(":")
+        if not (colon and partition.isdigit() and broker_id.isdigit()):
+            return False
+    return True
+
+
+# -- describing ------------------------------------------------------------------------------------------
+
+
+def _broker_value(broker: Broker, name: str) -> tuple[str | None, ConfigSource]:
+    """A broker setting's value and whether the broker's file set it."""
+    prop = BROKER_PROPERTIES[name]
+    value = broker.config[name]
+    changed = value != prop.default
+    return render(value), ConfigSource.STATIC_BROKER_CONFIG if changed else ConfigSource.DEFAULT_CONFIG
+
+
+def _topic_default(broker: Broker, name: str) -> tuple[str, str | None, ConfigSource]:
+    """(broker synonym, value, source) a topic without an override of `name` inherits."""
+    if name in _LOG_KEYS or name in topic_property_names():
+        broker_name = _LOG_KEYS[name][1] if name in _LOG_KEYS else name
+        value = broker.log_manager.default_config.to_properties()[name]
+        built_in = LogConfig().to_properties()[name]
+        source = ConfigSource.STATIC_BROKER_CONFIG if value != built_in else ConfigSource.DEFAULT_CONFIG
+        return broker_name, value, source
+    if name in _BROKER_OVERRIDES:
+        value, source = _broker_value(broker, name)
+        return name, value, source
+    prop, broker_name = _STORED_ONLY[name]
+    return broker_name, render(prop.default), ConfigSource.DEFAULT_CONFIG
+
+
+def inherited_value(broker: Broker, name: str) -> str | None:
+    """The value of topic key `name` for a topic without an override of it."""
+    return _topic_default(broker, name)[1]
+
+
+def _topic_doc(name: str) -> str:
+    if name in _LOG_KEYS:
+        return _LOG_KEYS[name][2]
+    if name in _BROKER_OVERRIDES:
+        doc = BROKER_PROPERTIES[name].doc or f"the topic's {name}"
+        return doc + _NOT_YET if name in _OVERRIDE_NOT_USED else doc
+    if name in _STORED_ONLY:
+        return _STORED_ONLY[name][0].doc + _NOT_YET
+    return ""
+
+
+def describe_topic(broker: Broker, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every topic key with the topic's value, source and synonyms."""
+    entries = []
+    for name in sorted(_known_topic_keys()):
+        broker_name, default, default_source = _topic_default(broker, name)
+        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        if name in overrides:
+            synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        if broker_name:
+            synonyms.append((broker_name, default, default_source))
+        value = overrides.get(name, default)
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        entries.append(
+            ConfigEntry(name, value, source, False, topic_key_type(name), _topic_doc(name), tuple(synonyms))
+        )
+    return entries
+
+
+def describe_broker(broker: Broker) -> list[ConfigEntry]:
+    """This broker's settings as started; none can be changed while it runs (all read-only)."""
+    entries = []
+    for name, prop in BROKER_PROPERTIES.items():
+        value, source = _broker_value(broker, name)
+        entry_type = _type_of(prop)
+        entries.append(ConfigEntry(name, value, source, True, entry_type, prop.doc, ((name, value, source),)))
+    for topic_name in sorted(topic_property_names()):
+        broker_name, value, source = _topic_default(broker, topic_name)
+        entry_type = topic_key_type(topic_name)
+        doc = _topic_doc(topic_name)
+        entries.append(
+            ConfigEntry(broker_name, value, source, True, entry_type, doc, ((broker_name, value, source),))
+        )
+    return sorted(entries, key=lambda e: e.name)

@@ -1,0 +1,247 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers.
+
+Topic overrides live in ZooKeeper (`/config/topics/<topic>`); the store writes them together with a change
+notification that every broker follows, so each broker re-reads the overrides and its open logs take the
+new retention or segment settings (ReplicaManager.apply_topic_config). Describing reads ZooKeeper too, so
+an answer right after an alter shows the change.
+
+Broker settings are read-only: this broker has no dynamic broker configs, so an alter of a broker
+resource is refused with INVALID_REQUEST naming the keys, as Kafka refuses keys it cannot change at run
+time. A broker resource must name this broker (or be empty: the cluster-wide dynamic defaults), as in
+Kafka, whose clients send each broker's resources to that broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from backbone.broker.handlers.admin_common import error_of
+from backbone.broker.handlers.common import build, response_module, throttle
+from backbone.broker.handlers.config_catalog import (
+    ConfigEntry,
+    ConfigSource,
+    ConfigType,
+    broker_key_type,
+    describe_broker,
+    describe_topic,
+    inherited_value,
+    topic_key_type,
+    validate_topic_overrides,
+)
+from backbone.broker.network import RequestContext
+from backbone.coordination import paths
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
+
+if TYPE_CHECKING:
+    from backbone.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+# Resource types (Kafka's ConfigResource.Type).
+TOPIC = 2
+BROKER = 4
+
+# IncrementalAlterConfigs operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def register(broker: Broker) -> None:
+    async def describe(context: RequestContext) -> Any:
+        return await _describe_configs(broker, context)
+
+    async def alter(context: RequestContext) -> Any:
+        return await _alter_configs(broker, context, incremental=False)
+
+    async def incremental_alter(context: RequestContext) -> Any:
+        return await _alter_configs(broker, context, incremental=True)
+
+    broker.api_table.register(ApiKey.DESCRIBE_CONFIGS, describe)
+    broker.api_table.register(ApiKey.ALTER_CONFIGS, alter)
+    broker.api_table.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter)
+
+
+def _unsupported(resource_type: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"Unsupported resource type: {resource_type} (this broker serves TOPIC and BROKER)"
+    )
+
+
+def _check_broker_name(broker: Broker, name: str) -> None:
+    """A broker resource names this broker, or is empty (the cluster-wide defaults)."""
+    if name == "":
+        return
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise InvalidRequestError(f"Broker id must be an integer, but it is: {name}") from None
+    if broker_id != broker.broker_id:
+        raise InvalidRequestError(
+            f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}"
+        )
+
+
+async def _require_topic(broker: Broker, name: str) -> None:
+    paths.validate_topic_name(name)
+    if name not in broker.cache.topics and not await broker.zk(broker.store.topic_exists, name):
+        raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+
+
+# -- DescribeConfigs -------------------------------------------------------------------------------------
+
+
+async def _describe_configs(broker: Broker, context: RequestContext) -> Any:
+    request = context.decode()
+    module = response_module(ApiKey.DESCRIBE_CONFIGS, context.api_version)
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    documentation = bool(getattr(request, "include_documentation", False))
+    results = []
+    for resource in request.resources:
+        try:
+            entries = await _describe_resource(broker, resource.resource_type, resource.resource_name)
+            code, message = ErrorCode.none, None
+        except Exception as exc:
+            entries = []
+            code, message = error_of(exc, "describe_configs")
+        if resource.configuration_keys is not None:
+            wanted = set(resource.configuration_keys)
+            entries = [e for e in entries if e.name in wanted]
+        results.append(
+            build(
+                module.DescribeConfigsResult,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(_entry(module, e, synonyms, documentation) for e in entries),
+            )
+        )
+    return build(module.DescribeConfigsResponse, throttle_time=throttle(), results=tuple(results))
+
+
+async def _describe_resource(broker: Broker, resource_type: int, name: str) -> list[ConfigEntry]:
+    if resource_type == TOPIC:
+        paths.validate_topic_name(name)
+        overrides = await broker.zk(broker.store.get_topic_config, name)
+        return describe_topic(broker, overrides)
+    if resource_type == BROKER:
+        _check_broker_name(broker, name)
+        if name:
+            return describe_broker(broker)
+        defaults = await broker.zk(broker.store.get_broker_config, None)
+        source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        return [
+            ConfigEntry(key, value, source, False, broker_key_type(key), "", ((key, value, source),))
+            for key, value in sorted(defaults.items())
+        ]
+    raise _unsupported(resource_type)
+
+
+def _entry(module: Any, entry: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
+    listed = entry.synonyms if synonyms else ()
+    return build(
+        module.DescribeConfigsResourceResult,
+        **entry.wire_fields(),
+        synonyms=tuple(
+            build(module.DescribeConfigsSynonym, name=name, value=value, source=int(source))
+            for name, value, source in listed
+        ),
+        documentation=entry.documentation if documentation else None,
+    )
+
+
+# -- AlterConfigs and IncrementalAlterConfigs -----------------------------------------------------------
+
+
+async def _alter_configs(broker: Broker, context: RequestContext, *, incremental: bool) -> Any:
+    request = context.decode()
+    api_key = ApiKey.INCREMENTAL_ALTER_CONFIGS if incremental else ApiKey.ALTER_CONFIGS
+    module = response_module(api_key, context.api_version)
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    answers = []
+    for resource in request.resources:
+        key = (resource.resource_type, resource.resource_name)
+        try:
+            if counts[key] > 1:
+                raise InvalidRequestError(f"Duplicate resource in request: {resource.resource_name}")
+            await _alter_resource(broker, resource, incremental, request.validate_only)
+            code, message = ErrorCode.none, None
+        except Exception as exc:
+            code, message = error_of(exc, "alter_configs")
+        answers.append(
+            build(
+                module.AlterConfigsResourceResponse,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    response = module.IncrementalAlterConfigsResponse if incremental else module.AlterConfigsResponse
+    return build(response, throttle_time=throttle(), responses=tuple(answers))
+
+
+async def _alter_resource(broker: Broker, resource: Any, incremental: bool, validate_only: bool) -> None:
+    name = resource.resource_name
+    if resource.resource_type == BROKER:
+        _check_broker_name(broker, name)
+        keys = ", ".join(sorted(c.name for c in resource.configs)) or "(none)"
+        raise InvalidRequestError(
+            f"Cannot update these configs dynamically: {keys}. This broker has no dynamic broker configs: "
+            "set them in the broker's properties file and restart it."
+        )
+    if resource.resource_type != TOPIC:
+        raise _unsupported(resource.resource_type)
+    await _require_topic(broker, name)
+    if incremental:
+        current = await broker.zk(broker.store.get_topic_config, name)
+        overrides = _apply_operations(broker, current, resource.configs)
+    else:
+        # AlterConfigs replaces the whole override set; a null value means "no override".
+        overrides = {c.name: c.value for c in resource.configs if c.value is not None}
+    validate_topic_overrides(overrides, broker)
+    if validate_only:
+        return
+    await broker.zk(broker.store.set_topic_config, name, overrides)
+    log.info("event=topic_config_altered topic=%s overrides=%s", name, ",".join(sorted(overrides)) or "-")
+
+
+def _apply_operations(broker: Broker, current: dict[str, str], operations: Any) -> dict[str, str]:
+    """The override set after IncrementalAlterConfigs' operations, in Kafka's semantics."""
+    names = [op.name for op in operations]
+    repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise InvalidRequestError(f"Error due to duplicate config keys: {', '.join(repeated)}")
+    result = dict(current)
+    for op in operations:
+        kind, key, value = op.config_operation, op.name, op.value
+        if kind == DELETE:
+            result.pop(key, None)
+            continue
+        if kind not in (SET, APPEND, SUBTRACT):
+            raise InvalidRequestError(f"Unknown alter config operation type {kind} for {key}")
+        if value is None:
+            raise InvalidRequestError(f"Null value not supported for : {key}")
+        if kind == SET:
+            result[key] = value
+            continue
+        if topic_key_type(key) != ConfigType.LIST:
+            verb = "append" if kind == APPEND else "subtract"
+            raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {key}")
+        existing = result.get(key, inherited_value(broker, key) or "")
+        old = [item.strip() for item in existing.split(",") if item.strip()]
+        given = [item.strip() for item in value.split(",") if item.strip()]
+        if kind == APPEND:
+            merged = old + [item for item in given if item not in old]
+        else:
+            merged = [item for item in old if item not in given]
+        result[key] = ",".join(merged)
+    return result

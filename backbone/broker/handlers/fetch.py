@@ -1,0 +1,99 @@
+"""Fetch: whole record batches from partition leaders, bounded by the high watermark, with long-poll.
+
+The answer waits up to `max_wait_ms` for `min_bytes` to accumulate (an append to any asked partition wakes
+it). Records leave as file regions (see region_sender); sizes respect `partition_max_bytes` and the
+request's `max_bytes`, except that the first non-empty partition always gets at least one whole batch so
+a consumer can make progress (KIP-74). Fetch sessions (KIP-227) are declined with session id 0; clients
+then send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from backbone.broker.handlers.common import error_code_of, millis
+from backbone.broker.network import RequestContext
+from backbone.broker.region_sender import Regions
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import FencedLeaderEpochError, KafkaError, UnknownLeaderEpochError
+from backbone.protocol.fast_paths import Chunk, FetchPartitionResult, encode_fetch_response
+
+if TYPE_CHECKING:
+    from backbone.broker.partition import Partition
+    from backbone.broker.server import Broker
+
+
+def register(broker: Broker) -> None:
+    async def handle(context: RequestContext) -> list[Chunk]:
+        request = context.decode()
+        deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
+        while True:
+            topics, total, waiters, failed = _read(broker, request)
+            remaining = deadline - time.monotonic()
+            if total >= request.min_bytes or remaining <= 0 or failed or not waiters:
+                break
+            # Nothing (or too little) yet: sleep until an append to one of these partitions, or the deadline.
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+        return encode_fetch_response(context.api_version, topics, session_id=0)
+
+    broker.api_table.register(ApiKey.FETCH, handle)
+
+
+def _read(
+    broker: Broker, request: Any
+) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list, bool]:
+    budget = request.max_bytes
+    total = 0
+    failed = False
+    waiters: list[asyncio.Future[None]] = []
+    topics = []
+    for topic in request.topics:
+        results = []
+        for asked in topic.partitions:
+            result = FetchPartitionResult(asked.partition)
+            try:
+                partition = broker.replicas.leader_partition(topic.topic, asked.partition)
+                check_leader_epoch(partition, asked.current_leader_epoch)
+                hosted_log = partition.log
+                result.high_watermark = partition.high_watermark
+                result.last_stable_offset = partition.high_watermark
+                result.log_start_offset = hosted_log.log_start_offset
+                limit = min(asked.partition_max_bytes, budget)
+                read = hosted_log.read(asked.fetch_offset, max(limit, 0), max_offset=partition.high_watermark)
+                size = read.size
+                if size and (total == 0 or size <= budget):
+                    result.records = Regions(read.regions) if len(read.regions) > 1 else read.regions[0]
+                    total += size
+                    budget -= size
+                else:
+                    result.records = b""
+                    waiters.append(partition.new_waiter())
+            except KafkaError as exc:
+                result.error_code = exc.code
+                result.records = b""
+                failed = True
+            except Exception as exc:  # one partition's failure must not fail the others
+                result.error_code = error_code_of(exc)
+                result.records = b""
+                failed = True
+            results.append(result)
+        topics.append((topic.topic, results))
+    return topics, total, waiters, failed
+
+
+def check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
+    if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:
+        return
+    if current_leader_epoch < partition.leader_epoch:
+        raise FencedLeaderEpochError(
+            f"leader epoch {current_leader_epoch} is older than {partition.leader_epoch} for "
+            f"{partition.topic}-{partition.index}"
+        )
+    raise UnknownLeaderEpochError(
+        f"leader epoch {current_leader_epoch} is newer than {partition.leader_epoch} for "
+        f"{partition.topic}-{partition.index}"
+    )

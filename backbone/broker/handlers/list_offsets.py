@@ -1,0 +1,81 @@
+"""ListOffsets: the earliest (-2) or latest (-1) offset, the one with the largest timestamp (-3), or the
+first offset whose timestamp is at or after a given time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
+from backbone.broker.handlers.fetch import check_leader_epoch
+from backbone.broker.network import RequestContext
+from backbone.protocol.api import ApiKey
+
+if TYPE_CHECKING:
+    from backbone.broker.partition import Partition
+    from backbone.broker.server import Broker
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def register(broker: Broker) -> None:
+    async def handle(context: RequestContext) -> Any:
+        request = context.decode()
+        module = response_module(ApiKey.LIST_OFFSETS, context.api_version)
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for asked in topic.partitions:
+                try:
+                    partition = broker.replicas.leader_partition(topic.name, asked.partition_index)
+                    check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
+                    timestamp, offset, epoch = _lookup(partition, asked.timestamp)
+                    error = ErrorCode.none
+                except Exception as exc:
+                    timestamp, offset, epoch, error = -1, -1, -1, error_code_of(exc)
+                answers.append(
+                    build(
+                        module.ListOffsetsPartitionResponse,
+                        partition_index=asked.partition_index,
+                        error_code=error,
+                        timestamp=timestamp,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
+            topics.append(build(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
+        return build(module.ListOffsetsResponse, throttle_time=throttle(), topics=tuple(topics))
+
+    broker.api_table.register(ApiKey.LIST_OFFSETS, handle)
+
+
+def _lookup(partition: Partition, timestamp: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) for one asked timestamp."""
+    log = partition.log
+    if timestamp == LATEST:
+        return -1, partition.high_watermark, partition.leader_epoch
+    if timestamp == EARLIEST:
+        return -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
+    if timestamp == MAX_TIMESTAMP:
+        best: tuple[int, int] | None = None
+        for header in log.iter_batch_headers(log.log_start_offset):
+            if header.base_offset >= partition.high_watermark:
+                break
+            if best is None or header.max_timestamp > best[0]:
+                best = (header.max_timestamp, header.last_offset)
+        if best is None:
+            return -1, -1, -1
+        return best[0], best[1], _epoch_at(partition, best[1])
+    found = log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1, -1
+    offset, found_timestamp = found
+    return found_timestamp, offset, _epoch_at(partition, offset)
+
+
+def _epoch_at(partition: Partition, offset: int) -> int:
+    epoch = partition.log.leader_epoch_cache.epoch_for_offset(offset)
+    return -1 if epoch is None else epoch

@@ -1,0 +1,193 @@
+"""Metadata: brokers, controller and every partition's leader, replicas, ISR and offline replicas.
+
+Encoding Metadata with kio is slow and clients ask often, so answers are cached per (version, listener,
+topics asked) and dropped whenever the cluster's metadata changes. Unknown topics are created on first
+use when both `auto.create.topics.enable` and the request allow it (answered LEADER_NOT_AVAILABLE until
+the new partitions have leaders, as Kafka does).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from backbone.broker.handlers.common import build, response_module, throttle
+from backbone.broker.network import RequestContext
+from backbone.coordination import paths
+from backbone.protocol import codec
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import InvalidTopicExceptionError, KafkaError, TopicAlreadyExistsError
+
+if TYPE_CHECKING:
+    from backbone.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+# Kafka's value for "authorized operations not requested".
+NOT_REQUESTED = -(2**31)
+
+
+def register(broker: Broker) -> None:
+    answers: dict[tuple[int, str, tuple[str, ...] | None], bytes] = {}
+    seen_generation = -1
+
+    async def handle(context: RequestContext) -> list[bytes]:
+        nonlocal seen_generation
+        request = context.decode()
+        version = context.api_version
+        if request.topics is None or (version == 0 and not request.topics):
+            names: tuple[str, ...] | None = None
+        else:
+            if any(t.name is None for t in request.topics):
+                return [codec.encode(_unknown_topic_ids(broker, version, request))]
+            names = tuple(sorted({t.name for t in request.topics}))
+        allow_create = (
+            getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+        )
+        pending: set[str] = set()
+        if names and allow_create:
+            missing = [n for n in names if n not in broker.cache.topics]
+            if missing:
+                pending = await _auto_create(broker, missing)
+        if seen_generation != broker.metadata_generation:
+            answers.clear()
+            seen_generation = broker.metadata_generation
+        listener = context.connection.listener.name
+        key = (version, listener, names)
+        body = answers.get(key)
+        if body is None:
+            body = codec.encode(_response(broker, version, listener, names, pending))
+            if not pending and len(answers) < 1024:
+                answers[key] = body
+        return [body]
+
+    broker.api_table.register(ApiKey.METADATA, handle)
+
+
+async def _auto_create(broker: Broker, topics: list[str]) -> set[str]:
+    """Create missing topics; return those that exist now but this broker has not seen yet."""
+    created: set[str] = set()
+    partitions = broker.config["num.partitions"]
+    live = len(broker.cache.brokers)
+    factor = min(broker.config["default.replication.factor"], max(live, 1))
+    for topic in topics:
+        try:
+            await broker.zk(broker.store.create_topic, topic, partitions, factor)
+            created.add(topic)
+            log.info(
+                "event=topic_auto_created topic=%s partitions=%d replication_factor=%d",
+                topic,
+                partitions,
+                factor,
+            )
+        except TopicAlreadyExistsError:
+            created.add(topic)
+        except InvalidTopicExceptionError:
+            pass  # answered INVALID_TOPIC_EXCEPTION
+        except KafkaError as exc:
+            log.warning("event=topic_auto_create_failed topic=%s error=%r", topic, str(exc))
+    return created
+
+
+def _response(
+    broker: Broker, version: int, listener: str, names: tuple[str, ...] | None, pending: set[str]
+) -> Any:
+    module = response_module(ApiKey.METADATA, version)
+    cache = broker.cache
+    brokers = []
+    for broker_id in sorted(cache.brokers):
+        address = cache.endpoint(broker_id, listener)
+        if address is not None:
+            brokers.append(
+                build(
+                    module.MetadataResponseBroker,
+                    node_id=broker_id,
+                    host=address[0],
+                    port=address[1],
+                    rack=cache.brokers[broker_id].rack,
+                )
+            )
+    topics = []
+    for name in sorted(cache.topics) if names is None else names:
+        topics.append(_topic(broker, module, name, name in pending))
+    return build(
+        module.MetadataResponse,
+        throttle_time=throttle(),
+        brokers=tuple(brokers),
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=NOT_REQUESTED,
+    )
+
+
+def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
+    cache = broker.cache
+    assignment = cache.topics.get(name)
+    if assignment is None:
+        try:
+            paths.validate_topic_name(name)
+            # A topic created a moment ago shows as "leader not available", so clients retry.
+            error = ErrorCode.leader_not_available if pending else ErrorCode.unknown_topic_or_partition
+        except KafkaError:
+            error = ErrorCode.invalid_topic_exception
+        return build(module.MetadataResponseTopic, error_code=error, name=name, topic_id=None, partitions=())
+    partitions = []
+    topic_error = ErrorCode.none
+    for index in sorted(assignment.partitions):
+        replicas = tuple(assignment.partitions[index])
+        state = cache.states.get((name, index))
+        offline = tuple(r for r in replicas if r not in cache.brokers)
+        if state is None or state.leader < 0 or state.leader not in cache.brokers:
+            error, leader, epoch, isr = ErrorCode.leader_not_available, -1, -1, ()
+            if state is not None:
+                epoch, isr = state.leader_epoch, tuple(state.isr)
+            topic_error = ErrorCode.leader_not_available if state is None else topic_error
+        else:
+            error, leader, epoch, isr = ErrorCode.none, state.leader, state.leader_epoch, tuple(state.isr)
+        partitions.append(
+            build(
+                module.MetadataResponsePartition,
+                error_code=error,
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=epoch,
+                replica_nodes=replicas,
+                isr_nodes=isr,
+                offline_replicas=offline,
+            )
+        )
+    return build(
+        module.MetadataResponseTopic,
+        error_code=topic_error,
+        name=name,
+        topic_id=None,
+        is_internal=name.startswith("__"),
+        partitions=tuple(partitions),
+        topic_authorized_operations=NOT_REQUESTED,
+    )
+
+
+def _unknown_topic_ids(broker: Broker, version: int, request: Any) -> Any:
+    """Topics asked for by ID only: this broker keeps no topic IDs in its answers yet."""
+    module = response_module(ApiKey.METADATA, version)
+    topics = tuple(
+        build(
+            module.MetadataResponseTopic,
+            error_code=ErrorCode.unknown_topic_id,
+            name=None,
+            topic_id=t.topic_id,
+            partitions=(),
+        )
+        for t in request.topics
+    )
+    return build(
+        module.MetadataResponse,
+        throttle_time=throttle(),
+        brokers=(),
+        cluster_id=broker.cache.cluster_id,
+        controller_id=broker.cache.controller_id,
+        topics=topics,
+    )

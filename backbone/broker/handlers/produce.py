@@ -1,0 +1,95 @@
+"""Produce: append each partition's record set on its leader and answer when `acks` is met.
+
+The request is decoded by the protocol room's fast path (records stay slices of the request buffer); the
+broker checks batch headers and CRCs, never individual records. acks=0 gets no answer at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from backbone.broker.handlers.common import error_code_of, error_message_of
+from backbone.broker.network import RequestContext
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import (
+    CorruptMessageError,
+    InvalidRequiredAcksError,
+    KafkaError,
+    NotEnoughReplicasError,
+    TransactionalIdAuthorizationFailedError,
+)
+from backbone.protocol.fast_paths import (
+    ProducePartitionResult,
+    ProduceRequestData,
+    decode_produce_request,
+    encode_produce_response,
+)
+
+if TYPE_CHECKING:
+    from backbone.broker.partition import Partition
+    from backbone.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+
+def register(broker: Broker) -> None:
+    async def handle(context: RequestContext) -> list[bytes] | None:
+        request = decode_produce_request(context.frame, context.api_version, context.body_offset)
+        results: list[tuple[str, list[ProducePartitionResult]]] = []
+        acks = request.acks
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answers.append(
+                    await _produce_partition(broker, topic.name, part.index, part.records, acks, request)
+                )
+            results.append((topic.name, answers))
+        if acks == 0:
+            return None
+        return [encode_produce_response(context.api_version, results)]
+
+    broker.api_table.register(ApiKey.PRODUCE, handle)
+
+
+async def _produce_partition(
+    broker: Broker, topic: str, index: int, records: memoryview | None, acks: int, request: ProduceRequestData
+) -> ProducePartitionResult:
+    try:
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks={acks} must be 0, 1 or -1 (all)")
+        if request.transactional_id is not None:
+            raise TransactionalIdAuthorizationFailedError("transactions are not supported by this broker")
+        if records is None or len(records) == 0:
+            raise CorruptMessageError("produce request without records")
+        partition = broker.replicas.leader_partition(topic, index)
+        if acks == -1:
+            _check_min_insync(broker, partition)
+        result = partition.append_as_leader(records)
+        if acks == -1 and not result.duplicate:
+            await partition.wait_committed(result.base_offset, max(0, request.timeout_ms))
+        return ProducePartitionResult(
+            index,
+            base_offset=result.base_offset,
+            log_append_time_ms=result.log_append_time_ms,
+            log_start_offset=result.log_start_offset,
+        )
+    except KafkaError as exc:
+        if exc.code is not ErrorCode.not_leader_or_follower:
+            log.info("event=produce_rejected partition=%s-%d error=%s", topic, index, exc)
+        return ProducePartitionResult(index, error_code=exc.code, error_message=error_message_of(exc))
+    except Exception as exc:  # a bug must fail this partition, not the broker or the connection
+        return ProducePartitionResult(
+            index, error_code=error_code_of(exc), error_message=error_message_of(exc)
+        )
+
+
+def _check_min_insync(broker: Broker, partition: Partition) -> None:
+    required = int(broker.replicas.topic_config(partition.topic, "min.insync.replicas", broker.config))
+    if len(partition.isr) < required:
+        raise NotEnoughReplicasError(
+            f"{partition.topic}-{partition.index} has {len(partition.isr)} in-sync replicas, "
+            f"min.insync.replicas={required}"
+        )

@@ -1,0 +1,300 @@
+"""The broker's connection layer: listeners, connections, and in-order request dispatch.
+
+A `Listener` serves one endpoint of `listeners`. Each accepted socket becomes a `Connection` (an asyncio
+Protocol): bytes are split into frames by the protocol room's FrameDecoder, which enforces
+`socket.request.max.bytes` from the size prefix before a body is buffered; frames are queued and handled
+one at a time by the connection's own task, so responses go out in request order however many requests a
+client pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
+
+Room for security: a listener's security protocol decides how its transport is made (`ssl_context()` for
+SSL, None for PLAINTEXT) and a connection carries an `authenticator` step that sees every request before
+dispatch (SASL handshake and authentication hook in there); PLAINTEXT's lets everything through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from backbone.broker.config import Endpoint
+from backbone.protocol import codec
+from backbone.protocol.api import ApiKey, ApiTable
+from backbone.protocol.errors import KafkaError, UnsupportedVersionError
+from backbone.protocol.fast_paths import Chunk, frame_chunks
+from backbone.protocol.framing import FrameDecoder, FrameError
+from backbone.protocol.headers import RequestHeader, decode_request_header, response_header_version
+
+log = logging.getLogger(__name__)
+
+# Requests one connection may have waiting before the broker stops reading from it.
+MAX_QUEUED_REQUESTS = 64
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Everything a handler knows about one request."""
+
+    header: RequestHeader
+    frame: memoryview
+    body_offset: int
+    connection: Connection
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    def decode(self) -> Any:
+        """The request body as a kio entity."""
+        return codec.decode_request(
+            self.header.api_key, self.header.api_version, self.frame, self.body_offset
+        )
+
+
+# A handler answers with a kio entity, with ready body chunks (fast paths), or None (no response:
+# Produce with acks=0).
+HandlerResult = Any | list[Chunk] | None
+Handler = Callable[[RequestContext], Awaitable[HandlerResult]]
+
+
+class RegionSender:
+    """Writes records regions (file, position, length) to a transport; the fetch path provides one."""
+
+    async def send(self, connection: Connection, region: Any) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass
+class Principal:
+    """Who is on the other end; ANONYMOUS until an authenticator says otherwise."""
+
+    name: str = "ANONYMOUS"
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+class PassThroughAuthenticator:
+    """PLAINTEXT: every request is allowed as the anonymous principal."""
+
+    def admit(self, connection: Connection, header: RequestHeader) -> bool:
+        return True
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.api_table = listener.api_table
+        self.decoder = FrameDecoder(listener.max_request_bytes)
+        self.queue: collections.deque[memoryview] = collections.deque()
+        self.ready = asyncio.Event()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.principal = Principal()
+        self.authenticator = listener.authenticator_factory()
+        self.closed = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+        self._task: asyncio.Task[None] | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.listener.connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"connection {self.peer}")
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            log.warning(
+                "event=bad_frame listener=%s peer=%s error=%r", self.listener.name, self.peer, str(exc)
+            )
+            self.close()
+            return
+        if frames:
+            self.queue.extend(frames)
+            self.ready.set()
+            if len(self.queue) >= MAX_QUEUED_REQUESTS and not self._reading_paused:
+                self._reading_paused = True
+                assert self.transport is not None
+                self.transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        self.close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.listener.connections.discard(self)
+        self.ready.set()
+        self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        try:
+            while not self.closed:
+                if not self.queue:
+                    self.ready.clear()
+                    await self.ready.wait()
+                    continue
+                frame = self.queue.popleft()
+                if self._reading_paused and len(self.queue) < MAX_QUEUED_REQUESTS // 2:
+                    self._reading_paused = False
+                    assert self.transport is not None
+                    self.transport.resume_reading()
+                await self._handle(frame)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("event=connection_failed listener=%s peer=%s", self.listener.name, self.peer)
+            self.close()
+
+    async def _handle(self, frame: memoryview) -> None:
+        try:
+            header, body_offset = decode_request_header(frame)
+        except KafkaError as exc:
+            self._reject(None, f"malformed request header: {exc}")
+            return
+        if not self.authenticator.admit(self, header):
+            self._reject(header, "not authenticated")
+            return
+        try:
+            handler = self.api_table.handler(header.api_key, header.api_version)
+        except UnsupportedVersionError:
+            if header.api_key == ApiKey.API_VERSIONS:
+                # A newer client probes with its newest version: answer v0 so it can retry.
+                await self.send_entity(header, self.api_table.unsupported_api_versions_response(), version=0)
+                return
+            self._reject(header, "unsupported version")
+            return
+        except KafkaError:
+            self._reject(header, "unknown API key")
+            return
+        context = RequestContext(header, frame, body_offset, self)
+        try:
+            result = await handler(context)
+        except KafkaError as exc:
+            # The request body could not be decoded or was not acceptable as a whole.
+            self._reject(header, str(exc))
+            return
+        if result is None:
+            return
+        if isinstance(result, list):
+            await self.send_chunks(header, result)
+        else:
+            await self.send_entity(header, result)
+
+    def _reject(self, header: RequestHeader | None, reason: str) -> None:
+        """A request we cannot answer: log it once and close the connection, as Kafka does."""
+        what = (
+            f"api_key={header.api_key} api_version={header.api_version} "
+            f"correlation_id={header.correlation_id}"
+            if header
+            else "header=unreadable"
+        )
+        log.warning(
+            "event=request_rejected listener=%s peer=%s %s reason=%r",
+            self.listener.name,
+            self.peer,
+            what,
+            reason,
+        )
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def send_entity(self, header: RequestHeader, entity: Any, version: int | None = None) -> None:
+        header_version = response_header_version(
+            header.api_key, header.api_version if version is None else version
+        )
+        await self.write_chunks(frame_chunks(header.correlation_id, header_version, [codec.encode(entity)]))
+
+    async def send_chunks(self, header: RequestHeader, body: Sequence[Chunk]) -> None:
+        header_version = response_header_version(header.api_key, header.api_version)
+        await self.write_chunks(frame_chunks(header.correlation_id, header_version, body))
+
+    async def write_chunks(self, chunks: Sequence[Chunk]) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        for chunk in chunks:
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
+                transport.write(chunk)
+            else:
+                await self.listener.region_sender.send(self, chunk)
+            if self.closed:
+                return
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+        self.ready.set()
+
+
+class Listener:
+    """One listening endpoint with its security protocol."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        api_table: ApiTable[Handler],
+        region_sender: RegionSender,
+        *,
+        max_request_bytes: int,
+    ) -> None:
+        self.endpoint = endpoint
+        self.name = endpoint.listener
+        self.api_table = api_table
+        self.region_sender = region_sender
+        self.max_request_bytes = max_request_bytes
+        self.connections: set[Connection] = set()
+        self.server: asyncio.Server | None = None
+        self.authenticator_factory: Callable[[], PassThroughAuthenticator] = PassThroughAuthenticator
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        # SSL listeners will build their context here from ssl.* properties.
+        return None
+
+    @property
+    def port(self) -> int:
+        if self.server is None or not self.server.sockets:
+            return self.endpoint.port
+        return self.server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(
+            lambda: Connection(self),
+            host=self.endpoint.host,
+            port=self.endpoint.port,
+            ssl=self.ssl_context(),
+            reuse_address=True,
+            backlog=1024,
+        )
+        log.info("event=listening listener=%s address=%s:%d", self.name, self.endpoint.host, self.port)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for connection in list(self.connections):
+            connection.close()
+        if self.server is not None:
+            await self.server.wait_closed()

@@ -1,0 +1,248 @@
+"""The broker process: storage, ZooKeeper registration, metadata, controller, listeners, housekeeping.
+
+Start-up order matters: logs are recovered before anything is served; listeners are bound before the
+broker registers in ZooKeeper (so the advertised port answers); the broker registers before it may become
+controller. Shut-down goes the other way, and a SIGTERM ends it cleanly (producer snapshots and a clean
+shutdown marker in every log, so the next start skips recovery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from backbone.broker.config import BrokerConfig
+from backbone.broker.controller import Controller
+from backbone.broker.handlers import register_all
+from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
+from backbone.broker.network import Handler, Listener
+from backbone.broker.region_sender import FileRegionSender
+from backbone.broker.replica_manager import ReplicaManager
+from backbone.coordination import (
+    BrokerAlreadyRegisteredError,
+    BrokerRegistration,
+    ClusterStore,
+    ConfigChange,
+    EndPoint,
+    Watch,
+)
+from backbone.log import LogManager
+from backbone.protocol.api import ApiTable
+from backbone.protocol.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# How often the broker snapshots idempotent-producer state and forgets idle producers.
+PRODUCER_SNAPSHOT_INTERVAL_S = 60.0
+# How long a shutdown step waits for ZooKeeper before going on without it.
+SHUTDOWN_ZK_TIMEOUT_S = 5.0
+
+
+class Broker(MetadataListener):
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.api_table: ApiTable[Handler] = ApiTable()
+        self.cache = MetadataCache()
+        self.log_manager = LogManager(config.log_dirs, config.log)
+        self.store = ClusterStore(
+            config["zookeeper.connect"],
+            session_timeout=config["zookeeper.session.timeout.ms"] / 1000,
+            connect_timeout=config["zookeeper.connection.timeout.ms"] / 1000,
+        )
+        self.replicas = ReplicaManager(
+            self.broker_id,
+            self.log_manager,
+            self.cache,
+            producer_expiration_ms=config["producer.id.expiration.ms"],
+        )
+        self.controller = Controller(self)
+        self.listeners: list[Listener] = []
+        self.sync: MetadataSync | None = None
+        self._config_watch: Watch | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metadata_generation = 0
+        self.stopped = asyncio.Event()
+        register_all(self)
+
+    async def zk(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking ZooKeeper call off the event loop."""
+        return await asyncio.to_thread(function, *args, **kwargs)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        await asyncio.to_thread(self.log_manager.startup)
+        await asyncio.to_thread(self.store.start)
+        self.cache.cluster_id = await self.zk(self.store.get_or_create_cluster_id)
+        sender = FileRegionSender()
+        for endpoint in self.config.listeners:
+            listener = Listener(
+                endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
+            )
+            await listener.start()
+            self.listeners.append(listener)
+        self.sync = MetadataSync(self.store, self.cache, loop)
+        self.sync.listeners = [self, self.replicas, self.controller]
+        await asyncio.to_thread(self.sync.start)
+        self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
+        await self._register()
+        self.controller.start()
+        self._tasks = [
+            loop.create_task(
+                self._every(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
+            ),
+            loop.create_task(self._every(1.0, self._flush)),
+            loop.create_task(self._every(PRODUCER_SNAPSHOT_INTERVAL_S, self._producer_housekeeping)),
+        ]
+        log.info(
+            "event=broker_started broker_id=%d cluster_id=%s listeners=%s seconds=%.2f",
+            self.broker_id,
+            self.cache.cluster_id,
+            ",".join(f"{x.name}://{x.endpoint.host}:{x.port}" for x in self.listeners),
+            time.monotonic() - started,
+        )
+
+    async def _register(self) -> None:
+        """Register in ZooKeeper; after a crash, wait for the dead process's session to expire first."""
+        timeout_s = self.config["zookeeper.session.timeout.ms"] / 1000 * 2 + 5
+        deadline = time.monotonic() + timeout_s
+        warned = False
+        while True:
+            try:
+                await self.zk(self.store.register_broker, self._registration())
+                return
+            except BrokerAlreadyRegisteredError:
+                if time.monotonic() >= deadline:
+                    raise
+                if not warned:
+                    warned = True
+                    log.warning(
+                        "event=waiting_for_old_session broker_id=%d reason='broker id still registered by "
+                        "an earlier session (a crashed process?); it expires within the session timeout'",
+                        self.broker_id,
+                    )
+                await asyncio.sleep(0.5)
+
+    def _registration(self) -> BrokerRegistration:
+        ports = {listener.name: listener.port for listener in self.listeners}
+        endpoints = tuple(
+            # An advertised port of 0 means "whatever the listener was given" (tests bind port 0).
+            EndPoint(e.listener, e.host, e.port or ports[e.listener], e.security_protocol)
+            for e in self.config.advertised_listeners
+        )
+        return BrokerRegistration(self.broker_id, endpoints, rack=self.config["broker.rack"])
+
+    async def stop(self) -> None:
+        log.info("event=broker_stopping broker_id=%d", self.broker_id)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if await self.controller.stop():
+            await self._bounded_zk("resign as controller", self.store.resign_controller)
+        for listener in self.listeners:
+            await listener.stop()
+        if self._config_watch is not None:
+            self._config_watch.cancel()
+        if self.sync is not None:
+            self.sync.close()
+        for partition in self.replicas.partitions.values():
+            partition.wake_waiters()  # long-polls answer now, on the loop, before storage closes
+        await self._bounded_zk("unregister", self.store.unregister_broker)
+        # Storage closes cleanly whatever ZooKeeper does: snapshots, clean-shutdown markers.
+        await asyncio.to_thread(self.replicas.shutdown)
+        await asyncio.to_thread(self.log_manager.shutdown)
+        # Closing the session also ends any ZooKeeper call still retrying above.
+        await self._bounded_zk("close the ZooKeeper session", self.store.close)
+        self.stopped.set()
+        log.info("event=broker_stopped broker_id=%d", self.broker_id)
+
+    async def _bounded_zk(self, what: str, function: Callable[[], object]) -> None:
+        """A shutdown step that needs ZooKeeper: skipped with a warning when ZooKeeper does not answer."""
+        try:
+            await asyncio.wait_for(self.zk(function), SHUTDOWN_ZK_TIMEOUT_S)
+        except (TimeoutError, KafkaError) as exc:
+            log.warning("event=shutdown_step_skipped step=%r error=%r", what, str(exc) or "timed out")
+
+    # -- metadata events ------------------------------------------------------------------------------
+
+    def on_brokers_changed(self, previous: set[int], current: set[int]) -> None:
+        self.metadata_generation += 1
+
+    def on_partition_state(self, topic: str, partition: int) -> None:
+        self.metadata_generation += 1
+
+    def on_topic_deleted(self, topic: str) -> None:
+        self.metadata_generation += 1
+
+    def on_controller_changed(self, controller_id: int) -> None:
+        self.metadata_generation += 1
+
+    def on_topic_changed(self, topic: str) -> None:
+        self.metadata_generation += 1
+        if topic not in self.replicas.topic_configs:
+            asyncio.get_running_loop().create_task(self._load_topic_config(topic))
+
+    async def _load_topic_config(self, topic: str) -> None:
+        try:
+            overrides = await self.zk(self.store.get_topic_config, topic)
+        except KafkaError as exc:
+            log.warning("event=topic_config_unreadable topic=%s error=%r", topic, str(exc))
+            return
+        if topic in self.cache.topics:
+            self.replicas.apply_topic_config(topic, overrides)
+
+    def _config_changed_threadsafe(self, change: ConfigChange) -> None:
+        loop = self.sync.loop if self.sync is not None else None
+        if loop is not None and not loop.is_closed() and change.entity_type == "topics":
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._load_topic_config(change.entity_name)))
+
+    # -- housekeeping ---------------------------------------------------------------------------------
+
+    async def _every(self, interval_s: float, action: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await action()
+            except Exception:
+                log.exception("event=housekeeping_failed action=%s", getattr(action, "__name__", action))
+
+    async def _retention(self) -> None:
+        deleted = await asyncio.to_thread(self.log_manager.run_retention)
+        if deleted:
+            log.info("event=retention segments_deleted=%d", deleted)
+
+    async def _flush(self) -> None:
+        await asyncio.to_thread(self.log_manager.run_flush)
+
+    async def _producer_housekeeping(self) -> None:
+        self.replicas.expire_producers()
+        for partition in list(self.replicas.partitions.values()):
+            await asyncio.to_thread(partition.take_producer_snapshot)
+
+
+async def run_broker(config: BrokerConfig, ready: Callable[[Broker], None] | None = None) -> None:
+    """Run a broker until SIGTERM or SIGINT, then shut it down cleanly."""
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await broker.start()
+        if ready is not None:
+            ready(broker)
+        await stop.wait()
+    finally:
+        await broker.stop()

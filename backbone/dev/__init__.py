@@ -1,0 +1,1 @@
+"""Local clusters on one machine: broker processes and the `backbone dev` topology (ZooKeeper, clusters)."""

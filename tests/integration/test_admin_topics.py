@@ -1,0 +1,303 @@
+"""CreateTopics, DeleteTopics and CreatePartitions, driven by kafka-python's KafkaAdminClient (what users
+run), with a raw connection only where that client cannot express a request (duplicate names, old
+versions)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+from kio.schema.create_topics.v7 import request as create_v7
+from kio.schema.delete_topics.v1 import request as delete_v1
+from kio.schema.delete_topics.v6 import request as delete_v6
+
+from tests.helpers.requests import millis
+from tests.helpers.wire import RawConnection
+
+pytestmark = pytest.mark.integration
+
+OK = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+TOPIC_DELETION_DISABLED = 73
+UNKNOWN_TOPIC_ID = 100
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def open_admin(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+
+
+def outcomes(result: dict) -> dict[str, tuple[int, str | None]]:
+    """{topic: (error_code, error_message)} from a create_topics/delete_topics result."""
+    return {t["name"]: (t["error_code"], t.get("error_message")) for t in result["topics"]}
+
+
+def leaders(admin: KafkaAdminClient, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """{partition: (leader, replicas)} as the broker's Metadata answers it."""
+    (described,) = admin.describe_topics([topic])
+    assert described["error_code"] == OK, described
+    return {p["partition_index"]: (p["leader_id"], p["replica_nodes"]) for p in described["partitions"]}
+
+
+def partition_dirs(broker, topic: str) -> list[str]:
+    logs = Path(broker.properties["log.dirs"])
+    return sorted(p.name for p in logs.glob(f"{topic}-*") if p.is_dir())
+
+
+# -- CreateTopics ----------------------------------------------------------------------------------------
+
+
+def test_create_topic_uses_broker_defaults_returns_configs_and_is_ready_at_once(broker_factory) -> None:
+    broker = broker_factory(1, num_partitions=3)
+    topic = topic_name("created")
+    with open_admin(broker.bootstrap) as admin:
+        result = admin.create_topics(
+            {topic: {"configs": {"retention.ms": "3600000", "cleanup.policy": "delete"}}}
+        )
+        (created,) = result["topics"]
+        assert (created["error_code"], created["num_partitions"], created["replication_factor"]) == (OK, 3, 1)
+        configs = created["configs"]
+        assert configs["retention.ms"]["value"] == "3600000"
+        assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        assert configs["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
+        assert configs["min.insync.replicas"]["value"] == "1"
+        # The answer waited for this broker's metadata: every partition already has its leader.
+        assert leaders(admin, topic) == {p: (1, [1]) for p in range(3)}
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        sent = producer.send(topic, b"first", partition=2).get(timeout=30)
+    finally:
+        producer.close(10)
+    assert (sent.partition, sent.offset) == (2, 0)
+    assert partition_dirs(broker, topic) == [f"{topic}-{p}" for p in range(3)]
+
+
+def test_create_topics_answers_each_topic_with_its_own_error(broker_factory) -> None:
+    broker = broker_factory(1)
+    existing, good = topic_name("existing"), topic_name("good")
+    bad = {
+        "zero-partitions": {"num_partitions": 0, "replication_factor": 1},
+        "too-many-replicas": {"num_partitions": 1, "replication_factor": 3},
+        "bad name!": {"num_partitions": 1, "replication_factor": 1},
+        "unknown-config": {"num_partitions": 1, "replication_factor": 1, "configs": {"retention.mss": "1"}},
+        "bad-value": {"num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "soon"}},
+        "both-ways": {"num_partitions": 2, "replication_factor": 1, "assignments": {0: [1]}},
+        "unknown-broker": {"assignments": {0: [1], 1: [9]}},
+    }
+    with open_admin(broker.bootstrap) as admin:
+        admin.create_topics({existing: {"num_partitions": 1, "replication_factor": 1}})
+        result = admin.create_topics(
+            {existing: {"num_partitions": 1}, good: {"num_partitions": 2}, **bad}, raise_errors=False
+        )
+        answers = outcomes(result)
+        listed = set(admin.list_topics())
+    assert answers[good] == (OK, None)
+    assert answers[existing][0] == TOPIC_ALREADY_EXISTS
+    codes = {name: answers[name][0] for name in bad}
+    assert codes == {
+        "zero-partitions": INVALID_PARTITIONS,
+        "too-many-replicas": INVALID_REPLICATION_FACTOR,
+        "bad name!": INVALID_TOPIC_EXCEPTION,
+        "unknown-config": INVALID_CONFIG,
+        "bad-value": INVALID_CONFIG,
+        "both-ways": INVALID_REQUEST,
+        "unknown-broker": INVALID_REPLICA_ASSIGNMENT,
+    }
+    assert "retention.mss" in answers["unknown-config"][1]
+    assert "retention.ms" in answers["bad-value"][1]
+    assert "larger than available brokers: 1" in answers["too-many-replicas"][1]
+    assert not listed & set(bad), "no failed topic may be created"
+    assert {existing, good} <= listed
+
+
+def test_create_topics_refuses_a_name_given_twice(broker) -> None:
+    topic = topic_name("twice")
+    with open_admin(broker.bootstrap) as admin:
+        result = admin.create_topics([NewTopic(topic, 1, 1), NewTopic(topic, 2, 1)], raise_errors=False)
+        assert {t["error_code"] for t in result["topics"]} == {INVALID_REQUEST}
+        assert topic not in admin.list_topics()
+
+
+def test_default_replication_factor_larger_than_the_cluster_is_refused(broker_factory) -> None:
+    broker = broker_factory(1, default_replication_factor=2)
+    topic = topic_name("defaults")
+    with open_admin(broker.bootstrap) as admin:
+        answers = outcomes(admin.create_topics({topic: {"num_partitions": 1}}, raise_errors=False))
+    assert answers[topic][0] == INVALID_REPLICATION_FACTOR
+
+
+def test_validate_only_checks_without_creating(broker) -> None:
+    topic = topic_name("dry-run")
+    with open_admin(broker.bootstrap) as admin:
+        result = admin.create_topics(
+            {topic: {"num_partitions": 4, "replication_factor": 1, "configs": {"retention.bytes": "1000"}}},
+            validate_only=True,
+        )
+        (checked,) = result["topics"]
+        assert (checked["error_code"], checked["num_partitions"]) == (OK, 4)
+        assert checked["configs"]["retention.bytes"]["value"] == "1000"
+        refused = admin.create_topics(
+            {topic: {"num_partitions": 1, "configs": {"no.such.key": "1"}}},
+            validate_only=True,
+            raise_errors=False,
+        )
+        assert outcomes(refused)[topic][0] == INVALID_CONFIG
+        assert topic not in admin.list_topics()
+    assert partition_dirs(broker, topic) == []
+
+
+def test_explicit_assignment_places_replicas_and_leaders(broker_factory) -> None:
+    first = broker_factory(1)
+    broker_factory(2)
+    topic = topic_name("placed")
+    with open_admin(first.bootstrap) as admin:
+        result = admin.create_topics(
+            {topic: {"assignments": {0: [2, 1], 1: [1, 2], 2: [2]}}}, raise_errors=False
+        )
+        assert outcomes(result)[topic][0] == INVALID_REPLICA_ASSIGNMENT, "replica lists must have one length"
+        result = admin.create_topics({topic: {"assignments": {0: [2, 1], 1: [1, 2]}}})
+        (created,) = result["topics"]
+        assert (created["num_partitions"], created["replication_factor"]) == (2, 2)
+        assert leaders(admin, topic) == {0: (2, [2, 1]), 1: (1, [1, 2])}
+
+
+def test_created_topic_gets_a_log_on_every_assigned_broker(broker_factory, wait_for) -> None:
+    first = broker_factory(1)
+    second = broker_factory(2)
+    topic = topic_name("spread")
+    with open_admin(second.bootstrap) as admin:
+        admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 2}})
+    for broker in (first, second):
+        wait_for(
+            lambda b=broker: partition_dirs(b, topic) == [f"{topic}-0", f"{topic}-1"],
+            timeout=20,
+            what=f"replicas of {topic} on broker {broker.broker_id}",
+        )
+
+
+# -- DeleteTopics ----------------------------------------------------------------------------------------
+
+
+def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(broker, wait_for) -> None:
+    topic = topic_name("doomed")
+    with open_admin(broker.bootstrap) as admin:
+        admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 1}})
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        try:
+            for i in range(10):
+                producer.send(topic, f"record {i}".encode(), partition=i % 2).get(timeout=30)
+        finally:
+            producer.close(10)
+        assert partition_dirs(broker, topic) == [f"{topic}-0", f"{topic}-1"]
+        result = admin.delete_topics([topic, "never-existed", uuid.uuid4()], raise_errors=False)
+        by_name = {t["name"]: t["error_code"] for t in result["topics"] if t["name"] is not None}
+        by_id = [t["error_code"] for t in result["topics"] if t["name"] is None]
+        assert by_name == {topic: OK, "never-existed": UNKNOWN_TOPIC_OR_PARTITION}
+        assert by_id == [UNKNOWN_TOPIC_ID]
+        # The answer waited until this broker's metadata dropped the topic.
+        assert topic not in admin.list_topics()
+        wait_for(
+            lambda: partition_dirs(broker, topic) == [], timeout=20, what="deleted partition directories"
+        )
+        again = admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+        assert outcomes(again)[topic] == (OK, None)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        assert producer.send(topic, b"fresh", partition=0).get(timeout=30).offset == 0
+    finally:
+        producer.close(10)
+
+
+def test_delete_topic_disabled(broker_factory) -> None:
+    broker = broker_factory(1, delete_topic_enable="false")
+    topic = topic_name("kept")
+    with open_admin(broker.bootstrap) as admin:
+        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+        result = admin.delete_topics([topic], raise_errors=False)
+        assert outcomes(result)[topic][0] == TOPIC_DELETION_DISABLED
+        assert topic in admin.list_topics()
+    # Versions before 3 have no TOPIC_DELETION_DISABLED: Kafka answers them INVALID_REQUEST.
+    with RawConnection(broker.bootstrap) as raw:
+        old = raw.request(delete_v1.DeleteTopicsRequest(topic_names=(topic,), timeout=millis(5000)))
+    assert [(r.name, int(r.error_code)) for r in old.responses] == [(topic, INVALID_REQUEST)]
+
+
+def test_create_topics_raw_v7_duplicate_and_timeout_zero(broker) -> None:
+    topic, other = topic_name("raw"), topic_name("raw-other")
+
+    def creatable(name: str) -> create_v7.CreatableTopic:
+        return create_v7.CreatableTopic(
+            name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()
+        )
+
+    with RawConnection(broker.bootstrap) as raw:
+        response = raw.request(
+            create_v7.CreateTopicsRequest(
+                topics=(creatable(topic), creatable(topic), creatable(other)),
+                timeout=millis(0),
+                validate_only=False,
+            )
+        )
+    answers = {t.name: int(t.error_code) for t in response.topics}
+    assert answers == {topic: INVALID_REQUEST, other: OK}
+
+
+# -- CreatePartitions ------------------------------------------------------------------------------------
+
+
+def test_create_partitions_grows_only(broker_factory) -> None:
+    first = broker_factory(1)
+    broker_factory(2)
+    topic, missing = topic_name("grow"), topic_name("missing")
+    with open_admin(first.bootstrap) as admin:
+        admin.create_topics({topic: {"assignments": {0: [1], 1: [2]}}})
+        response = admin.create_partitions({topic: 4}, validate_only=True)
+        assert [r.error_code for r in response.results] == [OK]
+        assert len(leaders(admin, topic)) == 2, "validate_only must not add partitions"
+        response = admin.create_partitions({topic: {"count": 4, "assignments": [[2], [1]]}})
+        assert [r.error_code for r in response.results] == [OK]
+        # Answered once the new partitions have leaders in the broker's metadata.
+        assert leaders(admin, topic) == {0: (1, [1]), 1: (2, [2]), 2: (2, [2]), 3: (1, [1])}
+        response = admin.create_partitions({topic: 3, missing: 2}, raise_errors=False)
+        codes = {r.name: r.error_code for r in response.results}
+        assert codes == {topic: INVALID_PARTITIONS, missing: UNKNOWN_TOPIC_OR_PARTITION}
+        response = admin.create_partitions({topic: 4}, raise_errors=False)
+        assert [r.error_code for r in response.results] == [INVALID_PARTITIONS]
+        response = admin.create_partitions({topic: {"count": 6, "assignments": [[1]]}}, raise_errors=False)
+        assert [r.error_code for r in response.results] == [INVALID_REPLICA_ASSIGNMENT]
+        response = admin.create_partitions({topic: {"count": 5, "assignments": [[7]]}}, raise_errors=False)
+        assert [r.error_code for r in response.results] == [INVALID_REPLICA_ASSIGNMENT]
+        assert len(leaders(admin, topic)) == 4
+    producer = KafkaProducer(bootstrap_servers=first.bootstrap)
+    try:
+        assert producer.send(topic, b"on a new partition", partition=3).get(timeout=30).offset == 0
+    finally:
+        producer.close(10)
+
+
+def test_delete_topics_v6_refuses_a_name_with_an_id(broker) -> None:
+    topic = topic_name("named")
+    with open_admin(broker.bootstrap) as admin:
+        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+        with RawConnection(broker.bootstrap) as raw:
+            response = raw.request(
+                delete_v6.DeleteTopicsRequest(
+                    topics=(delete_v6.DeleteTopicState(name=topic, topic_id=uuid.uuid4()),),
+                    timeout=millis(5000),
+                )
+            )
+        assert [(r.name, int(r.error_code)) for r in response.responses] == [(topic, INVALID_REQUEST)]
+        assert topic in admin.list_topics()
