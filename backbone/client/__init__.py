@@ -1,1 +1,70 @@
 """Our Kafka client: Producer, Consumer and Admin, an asyncio core with a synchronous face."""
+
+from backbone.client.accumulator import RecordFuture
+from backbone.client.admin import AsyncAdmin
+from backbone.client.admin_types import (
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    NewTopic,
+    OffsetSpec,
+    TopicDescription,
+)
+from backbone.client.cluster import BrokerInfo, PartitionInfo
+from backbone.client.consumer import AsyncConsumer
+from backbone.client.errors import (
+    BufferExhaustedError,
+    ClientClosedError,
+    ConfigError,
+    IllegalStateError,
+    KafkaClientError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+)
+from backbone.client.producer import AsyncProducer
+from backbone.client.structs import (
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordList,
+    RecordMetadata,
+    TimestampType,
+    TopicPartition,
+)
+from backbone.client.sync import Admin, Consumer, Producer
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "BrokerInfo",
+    "BufferExhaustedError",
+    "ClientClosedError",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigError",
+    "ConfigResource",
+    "ConfigResourceType",
+    "Consumer",
+    "ConsumerRecord",
+    "IllegalStateError",
+    "KafkaClientError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "NewTopic",
+    "NoBrokersAvailable",
+    "OffsetAndTimestamp",
+    "OffsetSpec",
+    "PartitionInfo",
+    "Producer",
+    "RecordFuture",
+    "RecordList",
+    "RecordMetadata",
+    "TimestampType",
+    "TopicDescription",
+    "TopicPartition",
+]

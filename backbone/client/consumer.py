@@ -1,0 +1,276 @@
+"""The asyncio consumer: assign partitions, seek, and poll records.
+
+    consumer = AsyncConsumer(bootstrap_servers="localhost:9092", auto_offset_reset="earliest")
+    await consumer.start()
+    consumer.assign([TopicPartition("events", 0)])
+    batch = await consumer.poll(timeout_ms=1000)     # {TopicPartition: [ConsumerRecord, ...]}
+
+Partitions are assigned by hand for now; group membership (`subscribe`, committed offsets) comes later and
+will plug in beside `assign`. Positions start where `seek` put them, or per `auto.offset.reset` (earliest,
+latest, or none: OffsetOutOfRangeError). The fetching itself, pipelined ahead of `poll`, is in `fetcher.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from backbone.client.cluster import ClusterClient
+from backbone.client.config import CONSUMER_OPTIONS, resolve
+from backbone.client.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
+from backbone.client.fetcher import EARLIEST, LATEST, Fetcher, PartitionState
+from backbone.client.structs import ConsumerRecord, OffsetAndTimestamp, RecordList, TopicPartition
+
+__all__ = ["AsyncConsumer"]
+
+# Room for the response's own fields around fetch.max.bytes of records.
+_RESPONSE_MARGIN = 1024 * 1024
+
+
+class AsyncConsumer:
+    """Reads records from assigned partitions. Configure with Kafka consumer property names."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = resolve(CONSUMER_OPTIONS, "consumer", config, kwargs)
+        cfg = self.config
+        self.cluster = ClusterClient(cfg, max_response_bytes=cfg["fetch.max.bytes"] + _RESPONSE_MARGIN)
+        key_deserializer, value_deserializer = cfg["key.deserializer"], cfg["value.deserializer"]
+        deserialize = None
+        if key_deserializer is not None or value_deserializer is not None:
+
+            def deserialize(topic: str, key: Any, value: Any) -> tuple[Any, Any]:
+                if key is not None and key_deserializer is not None:
+                    key = key_deserializer(key)
+                if value is not None and value_deserializer is not None:
+                    value = value_deserializer(value)
+                return key, value
+
+        self.fetcher = Fetcher(self.cluster, cfg, deserialize)
+        self._iterator_buffer: collections.deque[ConsumerRecord] = collections.deque()
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._check_open()
+        if not self._started:
+            self._started = True
+            self.cluster.start()
+            self.fetcher.start()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.fetcher.stop()
+        await self.cluster.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed; create a new one")
+
+    # -- assignment -------------------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (replacing any earlier assignment); positions of kept ones stay."""
+        self._check_open()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        old = self.fetcher.assignment
+        self.fetcher.assignment = {tp: old.get(tp) or PartitionState() for tp in wanted}
+        self.cluster.add_topics({tp.topic for tp in wanted})
+        self.fetcher.wakeup()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.fetcher.assignment)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Group subscription is not available yet: assign partitions with `assign`."""
+        raise IllegalStateError(
+            "subscribe() needs consumer group membership, which this client does not have yet; "
+            "use assign([TopicPartition(topic, partition), ...]) instead"
+        )
+
+    def unsubscribe(self) -> None:
+        self.assign([])
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        state = self.fetcher.assignment.get(TopicPartition(*tp))
+        if state is None:
+            raise IllegalStateError(
+                f"{TopicPartition(*tp)} is not assigned to this consumer; assign() it first"
+            )
+        return state
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+        self.fetcher.wakeup()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, state in self.fetcher.assignment.items() if state.paused}
+
+    # -- positions --------------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Make the next poll return records of `partition` from `offset` on."""
+        if offset < 0:
+            raise ValueError(f"offset must not be negative, got {offset}")
+        self._state(partition).seek(offset)
+        self.fetcher.wakeup()
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Go to the earliest offset (looked up before the next fetch); every assigned one if none given."""
+        for tp in partitions or tuple(self.fetcher.assignment):
+            self._state(tp).seek(None, EARLIEST)
+        self.fetcher.wakeup()
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Go to the log end: only records produced from now on are read."""
+        for tp in partitions or tuple(self.fetcher.assignment):
+            self._state(tp).seek(None, LATEST)
+        self.fetcher.wakeup()
+
+    def seek_to_timestamp(self, timestamp_ms: int, *partitions: TopicPartition) -> None:
+        """Go to the first record with a timestamp at or after `timestamp_ms` (the end if there is none)."""
+        for tp in partitions or tuple(self.fetcher.assignment):
+            self._state(tp).seek(None, timestamp_ms)
+        self.fetcher.wakeup()
+
+    async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record poll will return, looking it up first if it was reset."""
+        await self.start()
+        state = self._state(partition)
+        deadline = time.monotonic() + (timeout_ms or self.config["request.timeout.ms"]) / 1000
+        while state.position is None or state.reset_to is not None:
+            if state.error is not None:
+                error, state.error = state.error, None
+                raise error
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"position of {partition} not known within the timeout; is its leader up?"
+                )
+            self.fetcher.wakeup()
+            await asyncio.sleep(min(0.01, remaining))
+        return state.position
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark from the last fetch of `partition` (None before one)."""
+        value = self._state(partition).high_watermark
+        return None if value < 0 else value
+
+    # -- polling ----------------------------------------------------------------------------------
+
+    async def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, RecordList]:
+        """Records fetched for the assigned partitions, waiting up to `timeout_ms` for some to arrive.
+
+        Returns at most `max_records` (default `max.poll.records`) records, in offset order per partition.
+        Raises errors found while fetching (OffsetOutOfRangeError with auto.offset.reset=none, ...).
+        """
+        self._check_open()
+        await self.start()
+        limit = max_records or self.config["max.poll.records"]
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            records = self.fetcher.drain(limit)
+            if records:
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return {}
+            try:
+                async with asyncio.timeout(remaining):
+                    await self.fetcher.data_ready.wait()
+            except TimeoutError:
+                return self.fetcher.drain(limit)
+
+    async def getmany(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, RecordList]:
+        """aiokafka's name for `poll`."""
+        return await self.poll(timeout_ms, max_records)
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """One record at a time (`async for record in consumer`); ends only when the consumer closes."""
+        buffered = self._iterator_buffer
+        while not buffered:
+            if self._closed:
+                raise StopAsyncIteration
+            for records in (await self.poll(timeout_ms=1000)).values():
+                buffered.extend(records)
+        return buffered.popleft()
+
+    # -- offsets lookups --------------------------------------------------------------------------
+
+    async def _lookup(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        await self.start()
+        topics = {tp.topic for tp in targets}
+        self.cluster.add_topics(topics)
+        for topic in topics:
+            await self.cluster.wait_for_topic(topic, self.config["request.timeout.ms"])
+        by_leader: dict[int, dict[TopicPartition, int]] = collections.defaultdict(dict)
+        for tp, target in targets.items():
+            leader = self.cluster.metadata.leader_for(tp)
+            if leader < 0:
+                raise KafkaTimeoutError(
+                    f"{tp} has no leader right now; retry once the cluster has elected one"
+                )
+            by_leader[leader][tp] = target
+        results = await asyncio.gather(*(self.fetcher.list_offsets(n, t) for n, t in by_leader.items()))
+        merged: dict[TopicPartition, tuple[int, int]] = {}
+        for result in results:
+            merged.update(result)
+        return merged
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The earliest offset still in each partition."""
+        found = await self._lookup({TopicPartition(*tp): EARLIEST for tp in partitions})
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset the next produced record of each partition will get (the log end)."""
+        found = await self._lookup({TopicPartition(*tp): LATEST for tp in partitions})
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first record at or after the timestamp (ms), or None if there is none."""
+        for tp, stamp in timestamps.items():
+            if stamp < 0:
+                raise ValueError(f"timestamp for {tp} must not be negative, got {stamp}")
+        found = await self._lookup({TopicPartition(*tp): stamp for tp, stamp in timestamps.items()})
+        return {
+            tp: (OffsetAndTimestamp(offset, stamp) if offset >= 0 else None)
+            for tp, (offset, stamp) in found.items()
+        }
+
+    async def partitions_for_topic(self, topic: str) -> set[int]:
+        await self.start()
+        return set(await self.cluster.wait_for_topic(topic, self.config["request.timeout.ms"]))
+
+    async def topics(self) -> set[str]:
+        """Every topic in the cluster."""
+        await self.start()
+        metadata = await self.cluster.fetch_metadata(None)
+        return set(metadata.topics)

@@ -1,0 +1,390 @@
+"""The producer's sender: drains ready batches to partition leaders and handles the answers.
+
+One task on the event loop. Each round it fails batches whose `delivery.timeout.ms` passed, takes the head
+batch of every partition that is ready and whose leader has a ready connection with a free in-flight slot
+(`max.in.flight.requests.per.connection`), groups them into one Produce request per leader (up to
+`max.request.size`), and sends each request from its own task so answers are handled as they come. It
+sleeps until a batch lingers long enough, a retry backoff ends, or someone wakes it (`wakeup`: a send
+filled or opened a batch, an answer freed a slot, metadata changed, a connection became ready).
+
+Errors: retriable ones (leader moved, not enough replicas, timeouts, lost connections) put the batch back
+at the front of its queue after `retry.backoff.ms` (doubling up to `retry.backoff.max.ms`) until `retries`
+or `delivery.timeout.ms` runs out; errors that mean stale metadata also ask for a refresh. Everything
+about sequence numbers and epochs is in `idempotence`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from backbone.client.accumulator import ProducerBatch, RecordAccumulator
+from backbone.client.cluster import ClusterClient, backoff_ms
+from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.client.errors import (
+    KafkaClientError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    is_retriable,
+)
+from backbone.client.idempotence import IdempotenceState
+from backbone.client.structs import TopicPartition
+from backbone.client.wire import ProducedPartition, decode_produce_response, encode_produce_request
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+
+__all__ = ["METADATA_ERRORS", "Sender"]
+
+log = logging.getLogger(__name__)
+
+METADATA_ERRORS = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.leader_not_available,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.replica_not_available,
+    }
+)
+"""Errors that mean the client's view of who leads a partition is stale (Java's InvalidMetadataException)."""
+
+_POLL_WHEN_BLOCKED = 0.1  # seconds: re-check batches waiting on a connection or leader, against lost wakeups
+_TRANSACTION_TIMEOUT_MS = 60_000  # InitProducerId requires one; unused by a non-transactional producer
+
+
+class Sender:
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        accumulator: RecordAccumulator,
+        config: Mapping[str, Any],
+        idempotence: IdempotenceState | None,
+    ) -> None:
+        self.cluster = cluster
+        self.accumulator = accumulator
+        self.idempotence = idempotence
+        self.acks: int = config["acks"]
+        self.retries: int = config["retries"]
+        self.request_timeout_ms: int = config["request.timeout.ms"]
+        self.max_request_size: int = config["max.request.size"]
+        self.max_in_flight: int = config["max.in.flight.requests.per.connection"]
+        self.backoff = (config["retry.backoff.ms"], config["retry.backoff.max.ms"])
+        self._wakeup = asyncio.Event()
+        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = defaultdict(list)
+        self._node_requests: dict[int, int] = defaultdict(int)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._connecting: set[int] = set()
+        self._completed = asyncio.Condition()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+        self.cluster.listeners.append(self.wakeup)
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def in_flight_batches(self) -> list[ProducerBatch]:
+        return [batch for batches in self._in_flight.values() for batch in batches]
+
+    async def wait_for(self, batches: list[ProducerBatch], timeout: float | None) -> bool:
+        """Wait until every batch completed; False if `timeout` seconds passed first."""
+        try:
+            async with asyncio.timeout(timeout), self._completed:
+                await self._completed.wait_for(lambda: all(batch.done for batch in batches))
+        except TimeoutError:
+            return False
+        return True
+
+    async def stop(self, error: BaseException) -> None:
+        """Stop sending; batches still waiting or in flight fail with `error`."""
+        self._stopping = True
+        self.wakeup()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for batch in self.accumulator.take_all() + self.in_flight_batches():
+            self._fail(batch, error, sequence_gap=False)
+        await self._notify_completed()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wakeup.clear()
+            now = time.monotonic()
+            expired = self.accumulator.expire(now)
+            for batch in expired:
+                self._expire(batch, now)
+            if expired:
+                await self._notify_completed()
+            wait = await self._send_ready(now)
+            if wait > 0:
+                try:
+                    async with asyncio.timeout(None if wait == float("inf") else wait):
+                        await self._wakeup.wait()
+                except TimeoutError:
+                    pass  # a batch's linger or backoff ended
+
+    async def _send_ready(self, now: float) -> float:
+        """Send what can go; return how long to sleep before the next round (0: go again now)."""
+        state = self.idempotence
+        if state is not None:
+            if state.bump_required and not self.in_flight_batches():
+                state.bump(self.accumulator.pending_batches())
+            if not state.has_producer_id:
+                if not self.accumulator.has_pending():
+                    return float("inf")
+                await self._init_producer_id()
+                return 0.0
+            if state.bump_required:
+                return _POLL_WHEN_BLOCKED  # drain nothing until the in-flight batches settled
+        requests, blocked = self._collect(now)
+        for node_id, batches in requests.items():
+            self._node_requests[node_id] += 1
+            for batch in batches:
+                if state is not None:
+                    state.assign(batch)
+                self._in_flight[batch.tp].append(batch)
+            self._spawn(self._produce(node_id, batches))
+        next_due = self.accumulator.next_ready_in(now)
+        if blocked:
+            next_due = min(next_due, _POLL_WHEN_BLOCKED)
+        return next_due if next_due > 0 or not blocked else _POLL_WHEN_BLOCKED
+
+    def _collect(self, now: float) -> tuple[dict[int, list[ProducerBatch]], bool]:
+        """Take the head batch of each sendable partition, grouped by leader; and whether some wait."""
+        metadata = self.cluster.metadata
+        accumulator = self.accumulator
+        requests: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
+        blocked = False
+        with accumulator.lock:
+            for tp, queue in accumulator.queues.items():
+                if not queue or not accumulator.is_sendable(queue[0], now):
+                    continue
+                batch = queue[0]
+                leader = metadata.leader_for(tp)
+                if leader < 0:
+                    self.cluster.add_topics([tp.topic])
+                    self.cluster.request_update()
+                    blocked = True
+                    continue
+                if not self._node_can_send(leader):
+                    blocked = True
+                    continue
+                if batch.base_sequence >= 0 and self._in_flight.get(tp):
+                    blocked = True  # a retried batch goes again only after those before it settled
+                    continue
+                size = sizes.get(leader, 0)
+                estimate = batch.builder.size_in_bytes
+                if size and size + estimate > self.max_request_size:
+                    blocked = True
+                    continue
+                sizes[leader] = size + estimate
+                requests.setdefault(leader, []).append(queue.popleft())
+        return requests, blocked
+
+    def _node_can_send(self, node_id: int) -> bool:
+        conn = self.cluster.connection_if_ready(node_id)
+        if conn is None:
+            if node_id not in self._connecting:
+                self._connecting.add(node_id)
+                self._spawn(self._connect(node_id))
+            return False
+        return self._node_requests[node_id] < self.max_in_flight and conn.can_send()
+
+    async def _connect(self, node_id: int) -> None:
+        try:
+            await self.cluster.connection(node_id)
+        except (KafkaConnectionError, KafkaError) as error:
+            log.warning("cannot connect to leader node=%d error=%s", node_id, error)
+            self.cluster.request_update()
+        finally:
+            self._connecting.discard(node_id)
+            self.wakeup()
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _init_producer_id(self) -> None:
+        state = self.idempotence
+        assert state is not None
+        attempt = 0
+        while not state.has_producer_id and not self._stopping:
+            try:
+                response = await self.cluster.request(
+                    None,
+                    ApiKey.INIT_PRODUCER_ID,
+                    encode_kio(
+                        ApiKey.INIT_PRODUCER_ID,
+                        transactional_id=None,
+                        transaction_timeout=_TRANSACTION_TIMEOUT_MS,
+                    ),
+                    decode_kio(ApiKey.INIT_PRODUCER_ID),
+                )
+                if response.error_code:
+                    raise error_for(response.error_code, "InitProducerId")
+                state.set_producer(int(response.producer_id), int(response.producer_epoch))
+                return
+            except (KafkaClientError, KafkaError) as error:
+                if not is_retriable(error):
+                    log.error("cannot get a producer id error=%s", error)
+                    for batch in self.accumulator.take_all():
+                        self._fail(batch, error, sequence_gap=False)
+                    await self._notify_completed()
+                    return
+                attempt += 1
+                log.warning("InitProducerId failed attempt=%d error=%s", attempt, error)
+                await asyncio.sleep(backoff_ms(*self.backoff, attempt) / 1000)
+
+    # -- one request ------------------------------------------------------------------------------
+
+    async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
+        try:
+            await self._produce_once(node_id, batches)
+        finally:
+            self._node_requests[node_id] -= 1
+            self.wakeup()
+        await self._notify_completed()
+
+    async def _produce_once(self, node_id: int, batches: list[ProducerBatch]) -> None:
+        by_tp = {batch.tp: batch for batch in batches}
+        topics: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        for batch in batches:
+            topics[batch.tp.topic].append((batch.tp.partition, batch.build()))
+        payload = list(topics.items())
+        try:
+            conn = await self.cluster.connection(node_id)
+            if self.acks == 0:
+                await self._send_without_answer(conn, payload, batches)
+                return
+            results = await conn.request(
+                ApiKey.PRODUCE,
+                lambda version: encode_produce_request(version, self.acks, self.request_timeout_ms, payload),
+                decode_produce_response,
+                timeout_ms=self.request_timeout_ms,
+            )
+        except (KafkaClientError, KafkaError) as error:
+            if isinstance(error, KafkaConnectionError | KafkaTimeoutError):
+                self.cluster.request_update()
+            for batch in batches:
+                self._settle_error(batch, error, -1)
+            return
+        for result in results:
+            batch = by_tp.pop(TopicPartition(result.topic, result.partition), None)
+            if batch is not None:
+                self._settle(batch, result)
+        for batch in by_tp.values():
+            unanswered = KafkaConnectionError(f"broker {node_id} left {batch.tp} unanswered")
+            self._settle_error(batch, unanswered, -1)
+
+    async def _send_without_answer(
+        self,
+        conn: BrokerConnection,
+        payload: list[tuple[str, list[tuple[int, bytes]]]],
+        batches: list[ProducerBatch],
+    ) -> None:
+        version = conn.version(ApiKey.PRODUCE)
+        await conn.send_no_response(
+            ApiKey.PRODUCE, version, encode_produce_request(version, 0, self.request_timeout_ms, payload)
+        )
+        for batch in batches:
+            self._succeed(batch, -1, -1)
+
+    def _settle(self, batch: ProducerBatch, result: ProducedPartition) -> None:
+        code = result.error_code
+        if code == ErrorCode.none or code == ErrorCode.duplicate_sequence_number:
+            # DUPLICATE_SEQUENCE_NUMBER: an old broker saying it already has the batch; it is written.
+            self._succeed(batch, result.base_offset, result.log_append_time_ms)
+            return
+        detail = result.error_message or ""
+        if result.record_errors:
+            detail += f" (record errors: {result.record_errors[:3]})"
+        self._settle_error(
+            batch, error_for(code, f"producing to {batch.tp}: {detail}".rstrip(": ")), result.log_start_offset
+        )
+
+    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        self._forget_in_flight(batch)
+        if self.idempotence is not None:
+            self.idempotence.acknowledged(batch)
+        self.accumulator.pool.release(batch.reserved)
+        batch.complete(base_offset, log_append_time, None)
+
+    def _settle_error(self, batch: ProducerBatch, error: BaseException, log_start_offset: int) -> None:
+        self._forget_in_flight(batch)
+        code = getattr(error, "code", None)
+        if code in METADATA_ERRORS:
+            self.cluster.request_update()
+        now = time.monotonic()
+        if self._can_retry(batch, error) and batch.attempts < self.retries and now < batch.deadline:
+            batch.attempts += 1
+            batch.retry_at = now + backoff_ms(*self.backoff, batch.attempts) / 1000
+            log.warning("retrying batch partition=%s attempt=%d error=%s", batch.tp, batch.attempts, error)
+            self.accumulator.reenqueue(batch)
+            return
+        self._fail(batch, error, sequence_gap=True)
+
+    def _can_retry(self, batch: ProducerBatch, error: BaseException) -> bool:
+        state = self.idempotence
+        code = getattr(error, "code", None)
+        if state is not None and code == ErrorCode.unknown_producer_id:
+            # The broker lost this producer's state (e.g. retention removed its batches): start a new epoch.
+            state.request_bump(batch.tp, "UNKNOWN_PRODUCER_ID")
+            return True
+        if state is not None and code == ErrorCode.out_of_order_sequence_number:
+            if state.is_behind_acknowledged(batch) or (
+                state.is_next_sequence(batch) and not self._in_flight.get(batch.tp)
+            ):
+                # The broker took later sequences already, or nothing before this batch is pending yet
+                # the broker saw a gap: only a new epoch resolves that.
+                state.request_bump(batch.tp, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+            return True  # otherwise an earlier batch is being retried; this one follows it
+        return is_retriable(error)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException, *, sequence_gap: bool) -> None:
+        self._forget_in_flight(batch)
+        if sequence_gap and self.idempotence is not None and batch.base_sequence >= 0:
+            self.idempotence.request_bump(batch.tp, f"batch failed: {type(error).__name__}")
+        self.accumulator.pool.release(batch.reserved)
+        log.warning("batch failed partition=%s records=%d error=%s", batch.tp, batch.record_count, error)
+        batch.complete(-1, -1, error)
+
+    def _expire(self, batch: ProducerBatch, now: float) -> None:
+        waited = (now - batch.created) * 1000
+        self._fail(
+            batch,
+            KafkaTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.tp}: {waited:.0f} ms passed since the "
+                "batch was created (delivery.timeout.ms). Check that the partition has a leader the client "
+                "can reach, or raise delivery.timeout.ms"
+            ),
+            sequence_gap=True,
+        )
+
+    def _forget_in_flight(self, batch: ProducerBatch) -> None:
+        batches = self._in_flight.get(batch.tp)
+        if batches and batch in batches:
+            batches.remove(batch)
+            if not batches:
+                del self._in_flight[batch.tp]
+
+    async def _notify_completed(self) -> None:
+        async with self._completed:
+            self._completed.notify_all()

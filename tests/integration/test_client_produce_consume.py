@@ -1,0 +1,238 @@
+"""Our Producer and Consumer against a real broker: every codec, keys, headers, acks, seeks, restarts."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from backbone.client import (
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    NewTopic,
+    Producer,
+    RecordMetadata,
+    TimestampType,
+    TopicPartition,
+)
+from backbone.client.partitioner import partition_for_key
+from backbone.protocol.errors import OffsetOutOfRangeError
+
+pytestmark = pytest.mark.integration
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+PARTITIONS = 3
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def cluster(broker_factory):
+    return broker_factory(1, num_partitions=PARTITIONS)
+
+
+@pytest.fixture
+def topic(cluster) -> Iterator[str]:
+    name = topic_name("client")
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+    yield name
+
+
+def consume(
+    bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0, **options
+) -> list[ConsumerRecord]:
+    """Every record of the topic from the beginning, until `expected` arrived or `timeout_s` passed."""
+    options.setdefault("auto_offset_reset", "earliest")
+    records: list[ConsumerRecord] = []
+    with Consumer(bootstrap_servers=bootstrap, **options) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + timeout_s
+        while len(records) < expected and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+    return records
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_round_trip_with_every_codec(cluster, topic: str, codec: str) -> None:
+    sent: dict[bytes, tuple[bytes | None, list, RecordMetadata]] = {}
+    with Producer(bootstrap_servers=cluster.bootstrap, compression_type=codec, linger_ms=5) as producer:
+        futures = []
+        for i in range(500):
+            key = None if i % 3 == 0 else f"user-{i % 17}".encode()
+            value = f"event {i} ".encode() * 10
+            headers = [("trace", f"t{i}".encode()), ("empty", b"")] if i % 2 else []
+            futures.append((value, key, headers, producer.send(topic, value, key=key, headers=headers)))
+        producer.flush(30)
+        for value, key, headers, future in futures:
+            sent[value] = (key, headers, future.get(timeout=30))
+    records = consume(cluster.bootstrap, topic, len(sent))
+    assert len(records) == len(sent)
+    for record in records:
+        key, headers, metadata = sent[record.value]
+        assert record.key == key
+        assert list(record.headers) == headers
+        assert (record.partition, record.offset) == (metadata.partition, metadata.offset)
+        assert record.timestamp == metadata.timestamp
+        assert record.timestamp_type == TimestampType.CREATE_TIME
+        if key is not None:
+            assert record.partition == partition_for_key(key, PARTITIONS)
+    by_partition: dict[int, list[int]] = {}
+    for record in records:
+        by_partition.setdefault(record.partition, []).append(record.offset)
+    for offsets in by_partition.values():
+        assert offsets == list(range(len(offsets))), "offsets are dense and in order"
+
+
+@pytest.mark.parametrize(("acks", "idempotent"), [(0, False), (1, False), ("all", False), ("all", True)])
+def test_every_acks_setting(cluster, topic: str, acks: object, idempotent: bool) -> None:
+    options = {"acks": acks, "enable_idempotence": idempotent}
+    with Producer(bootstrap_servers=cluster.bootstrap, **options) as producer:
+        futures = [producer.send(topic, b"v%d" % i, partition=0) for i in range(200)]
+        producer.flush(30)
+        offsets = [f.get(timeout=30).offset for f in futures]
+    assert offsets == ([-1] * 200 if acks == 0 else list(range(200)))
+    records = consume(cluster.bootstrap, topic, 200)
+    assert [r.value for r in records] == [b"v%d" % i for i in range(200)]
+
+
+def test_unkeyed_records_spread_over_partitions_in_whole_batches(cluster, topic: str) -> None:
+    with Producer(bootstrap_servers=cluster.bootstrap, batch_size=4096, linger_ms=50) as producer:
+        futures = [producer.send(topic, b"x" * 200) for _ in range(300)]
+        producer.flush(30)
+        partitions = [f.get(timeout=30).partition for f in futures]
+    assert len(set(partitions)) > 1, "the sticky partitioner moves on as batches fill"
+    runs = 1 + sum(1 for a, b in itertools.pairwise(partitions) if a != b)
+    assert runs <= 300 * 214 // 4096 + 2, "records stay on one partition until its batch is full"
+
+
+def test_records_sent_while_the_broker_restarts_arrive_once_in_order(cluster, topic: str) -> None:
+    with Producer(bootstrap_servers=cluster.bootstrap, retry_backoff_ms=50, linger_ms=0) as producer:
+        first = [producer.send(topic, b"a%d" % i, partition=1) for i in range(50)]
+        producer.flush(30)
+        cluster.stop(timeout=15)
+        during = [producer.send(topic, b"b%d" % i, partition=1) for i in range(50)]
+        cluster.start()
+        producer.flush(60)
+        offsets = [f.get(timeout=60).offset for f in first + during]
+    assert offsets == list(range(100))
+    records = [r for r in consume(cluster.bootstrap, topic, 100) if r.partition == 1]
+    assert [r.value for r in records] == [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
+
+
+def test_seek_by_offset_beginning_end_and_timestamp(cluster, topic: str) -> None:
+    tp = TopicPartition(topic, 0)
+    base = 1_700_000_000_000
+    with Producer(bootstrap_servers=cluster.bootstrap) as producer:
+        for i in range(100):
+            producer.send(topic, b"v%d" % i, partition=0, timestamp_ms=base + i * 1000)
+        producer.flush(30)
+    with Consumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([tp])
+        assert consumer.beginning_offsets([tp]) == {tp: 0}
+        assert consumer.end_offsets([tp]) == {tp: 100}
+
+        def next_offsets(count: int) -> list[int]:
+            got: list[int] = []
+            for _ in range(60):  # bounded: 60 polls of up to 500 ms
+                got.extend(
+                    r.offset for r in consumer.poll(timeout_ms=500, max_records=count - len(got)).get(tp, [])
+                )
+                if len(got) >= count:
+                    break
+            return got
+
+        consumer.seek(tp, 42)
+        assert next_offsets(3) == [42, 43, 44]
+        consumer.seek_to_beginning(tp)
+        assert consumer.position(tp) == 0
+        assert next_offsets(2) == [0, 1]
+        consumer.seek_to_end(tp)
+        assert consumer.position(tp) == 100
+        consumer.seek_to_timestamp(base + 57_500, tp)
+        assert next_offsets(2) == [58, 59]
+        consumer.seek(tp, 500)
+        with pytest.raises(OffsetOutOfRangeError, match="out of range"):
+            next_offsets(1)
+
+
+def test_consumer_reads_records_as_they_are_produced(cluster, topic: str) -> None:
+    tp = TopicPartition(topic, 2)
+    with (
+        Consumer(bootstrap_servers=cluster.bootstrap, fetch_max_wait_ms=100) as consumer,
+        Producer(bootstrap_servers=cluster.bootstrap) as producer,
+    ):
+        consumer.assign([tp])
+        consumer.seek_to_end(tp)
+        assert consumer.position(tp) == 0
+        producer.send(topic, b"live", partition=2).get(timeout=30)
+        values = []
+        for _ in range(40):  # bounded: 40 polls of up to 500 ms
+            values.extend(r.value for r in consumer.poll(timeout_ms=500).get(tp, []))
+            if values:
+                break
+    assert values == [b"live"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="broker: ListOffsets by timestamp answers at batch granularity (batch base offset, batch max "
+    "timestamp); Kafka answers the first record at or after the timestamp",
+)
+def test_offsets_for_times_names_the_exact_record(cluster, topic: str) -> None:
+    tp = TopicPartition(topic, 0)
+    base = 1_700_000_000_000
+    with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=100) as producer:
+        for i in range(100):  # one batch
+            producer.send(topic, b"v%d" % i, partition=0, timestamp_ms=base + i * 1000)
+        producer.flush(30)
+    with Consumer(bootstrap_servers=cluster.bootstrap) as consumer:
+        found = consumer.offsets_for_times({tp: base + 57_500})
+    assert found[tp] is not None
+    assert (found[tp].offset, found[tp].timestamp) == (58, base + 58_000)
+
+
+@pytest.mark.xfail(
+    run=False,
+    reason="broker: no follower replication yet (Partition._advance_high_watermark commits only with a "
+    "one-replica ISR): acks=all on a two-replica ISR gets no answer, and a new leader starts from an empty "
+    "log. Enable once replication lands",
+)
+def test_producer_and_consumer_follow_a_leader_failover(broker_factory, wait_for) -> None:
+    brokers = [broker_factory(1), broker_factory(2)]
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    name = topic_name("failover")
+    tp = TopicPartition(name, 0)
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(name, 1, 2)])
+        wait_for(
+            lambda: len(admin.describe_topics([name])[name].partitions[0].isr) == 2,
+            timeout=30,
+            what="full ISR",
+        )
+        leader = admin.describe_topics([name])[name].partitions[0].leader
+    options = {"retry_backoff_ms": 100, "request_timeout_ms": 5000, "metadata_max_age_ms": 60_000}
+    with Producer(bootstrap_servers=bootstrap, **options) as producer:
+        before = [producer.send(name, b"before-%d" % i, partition=0) for i in range(50)]
+        producer.flush(30)
+        next(b for b in brokers if b.broker_id == leader).stop(timeout=15)
+        after = [producer.send(name, b"after-%d" % i, partition=0) for i in range(50)]
+        producer.flush(90)
+        offsets = [f.get(timeout=0).offset for f in before + after]
+    assert offsets == list(range(100))
+    survivor = next(b for b in brokers if b.broker_id != leader)
+    with Consumer(bootstrap_servers=survivor.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        values: list[bytes] = []
+        for _ in range(60):  # bounded: 60 polls of up to 500 ms
+            values.extend(r.value for r in consumer.poll(timeout_ms=500).get(tp, []))
+            if len(values) >= 100:
+                break
+    assert values == [b"before-%d" % i for i in range(50)] + [b"after-%d" % i for i in range(50)]

@@ -1,0 +1,245 @@
+"""The async producer against the in-process fake cluster: delivery, partitioning, retries, idempotence."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
+from backbone.client.partitioner import partition_for_key
+from backbone.client.producer import AsyncProducer
+from backbone.client.structs import RecordMetadata
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import (
+    ErrorCode,
+    MessageTooLargeError,
+    TopicAuthorizationFailedError,
+)
+from backbone.protocol.record_batch import read_header
+from tests.helpers.fake_cluster import FakeCluster
+
+pytestmark = pytest.mark.unit
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeCluster]:
+    async with FakeCluster(2) as cluster:
+        cluster.create_topic("t", 3)
+        yield cluster
+
+
+def producer(fake: FakeCluster, **options: Any) -> AsyncProducer:
+    options.setdefault("retry_backoff_ms", 10)
+    return AsyncProducer(bootstrap_servers=fake.bootstrap, **options)
+
+
+def stored(fake: FakeCluster, partition: int) -> list[tuple[int, bytes | None, bytes | None, tuple]]:
+    part = fake.partition("t", partition)
+    return [(r[0], r[2], r[3], r[4]) for batch in part.decoded() for r in batch.records]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_records_arrive_with_keys_headers_and_offsets(fake: FakeCluster, codec: str) -> None:
+    async with producer(fake, compression_type=codec) as p:
+        futures = []
+        for i in range(50):
+            key = f"user-{i % 7}".encode()
+            headers = [("trace", f"t{i}".encode()), ("none", None)]
+            futures.append(await p.send("t", f"event {i}".encode() * 3, key=key, headers=headers))
+        results = await asyncio.gather(*futures)
+    for i, metadata in enumerate(results):
+        key = f"user-{i % 7}".encode()
+        assert metadata.partition == partition_for_key(key, 3)
+        offset, stored_key, value, headers = stored(fake, metadata.partition)[metadata.offset]
+        assert (offset, stored_key, value) == (metadata.offset, key, f"event {i}".encode() * 3)
+        assert headers == (("trace", f"t{i}".encode()), ("none", None))
+    batch_codecs = {read_header(b).compression for p in range(3) for b in fake.partition("t", p).batches}
+    assert batch_codecs == {CODECS.index(codec)}
+
+
+async def test_unkeyed_records_stick_to_one_partition_per_batch(fake: FakeCluster) -> None:
+    async with producer(fake, linger_ms=1000, batch_size=2000) as p:
+        futures = [await p.send("t", b"x" * 100) for _ in range(60)]
+        await p.flush()
+        results = await asyncio.gather(*futures)
+    counts = [len(stored(fake, partition)) for partition in range(3)]
+    assert sum(counts) == 60
+    sizes = sorted(read_header(b).record_count for p in range(3) for b in fake.partition("t", p).batches)
+    assert sizes[0] < sizes[1] == sizes[-1] > 10, "every batch is full but the one flushed last"
+    # Consecutive records share a partition until its batch is full.
+    switches = sum(1 for a, b in itertools.pairwise(results) if a.partition != b.partition)
+    assert switches == len(sizes) - 1
+
+
+async def test_an_explicit_partition_and_timestamp_are_kept(fake: FakeCluster) -> None:
+    async with producer(fake) as p:
+        metadata = await p.send_and_wait("t", b"v", partition=2, timestamp_ms=1_234)
+    assert metadata == RecordMetadata("t", 2, 0, 1_234)
+    with pytest.raises(ValueError, match="no partition 9"):
+        async with producer(fake) as p:
+            await p.send("t", b"v", partition=9)
+
+
+@pytest.mark.parametrize("acks", [0, 1, -1])
+async def test_every_acks_setting_delivers(fake: FakeCluster, acks: int) -> None:
+    async with producer(fake, acks=acks, enable_idempotence=acks == -1) as p:
+        results = await asyncio.gather(*[await p.send("t", b"v%d" % i, partition=0) for i in range(10)])
+    assert [r.offset for r in results] == ([-1] * 10 if acks == 0 else list(range(10)))
+    for _ in range(100):  # acks=0: nothing answers, so wait (bounded) for the broker to have them
+        if len(stored(fake, 0)) == 10:
+            break
+        await asyncio.sleep(0.01)
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"v%d" % i for i in range(10)]
+
+
+async def test_callbacks_get_metadata_or_the_exception(fake: FakeCluster) -> None:
+    seen: list[tuple[object, object]] = []
+    async with producer(fake) as p:
+        future = await p.send("t", b"v", partition=1, callback=lambda md, exc: seen.append((md, exc)))
+        await future
+        await asyncio.sleep(0)  # done-callbacks run on the next loop iteration
+    assert seen == [(RecordMetadata("t", 1, 0, future.result().timestamp), None)]
+
+
+# -- retries ------------------------------------------------------------------------------------------
+
+
+async def test_a_moved_leader_is_found_again_and_nothing_is_lost(fake: FakeCluster) -> None:
+    async with producer(fake) as p:
+        await p.send_and_wait("t", b"before", partition=0)
+        fake.move_leader("t", 0, 1)
+        metadata_requests = sum(1 for _, key, _ in fake.requests if key == ApiKey.METADATA)
+        result = await p.send_and_wait("t", b"after", partition=0)
+    assert result.offset == 1
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"before", b"after"]
+    assert sum(1 for _, key, _ in fake.requests if key == ApiKey.METADATA) > metadata_requests
+    assert (1, ApiKey.PRODUCE) in {(node, key) for node, key, _ in fake.requests}
+
+
+async def test_retriable_errors_are_retried_and_order_is_kept(fake: FakeCluster) -> None:
+    async with producer(fake, linger_ms=0, batch_size=200) as p:
+        await p.send_and_wait("t", b"first", partition=0)  # the broker knows the producer from here on
+        fake.inject_error(ApiKey.PRODUCE, ErrorCode.not_enough_replicas, count=3, topic="t", partition=0)
+        futures = [await p.send("t", b"%03d" % i + b"x" * 50, partition=0) for i in range(40)]
+        results = await asyncio.gather(*futures)
+    assert [r.offset for r in results] == list(range(1, 41))
+    assert [v[:3] for _, _, v, _ in stored(fake, 0)][1:] == [b"%03d" % i for i in range(40)]
+
+
+async def test_a_gap_behind_acknowledged_batches_is_resolved_by_a_new_epoch(fake: FakeCluster) -> None:
+    # The first batches fail while the broker does not know the producer yet, and it takes later ones
+    # (Kafka accepts any first sequence): the failed batches can only go in under a new epoch.
+    fake.inject_error(ApiKey.PRODUCE, ErrorCode.not_enough_replicas, count=2, topic="t", partition=0)
+    async with producer(fake, linger_ms=0, batch_size=100) as p:
+        futures = [await p.send("t", b"%03d" % i + b"x" * 50, partition=0) for i in range(6)]
+        async with asyncio.timeout(10):
+            results = await asyncio.gather(*futures)
+        assert p.idempotence is not None and p.idempotence.epoch >= 1
+    assert sorted(r.offset for r in results) == list(range(6))
+    assert sorted(v[:3] for _, _, v, _ in stored(fake, 0)) == [b"%03d" % i for i in range(6)]
+
+
+async def test_a_lost_answer_is_retried_without_duplicates_by_the_idempotent_producer(
+    fake: FakeCluster,
+) -> None:
+    async with producer(fake) as p:
+        await p.send_and_wait("t", b"first", partition=0)
+        fake.lose_produce_responses = 1  # the broker writes the batch, the answer never arrives
+        result = await p.send_and_wait("t", b"second", partition=0)
+    assert result.offset == 1, "the retry was answered with the offset of the first write"
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"first", b"second"]
+
+
+async def test_without_idempotence_a_lost_answer_duplicates_the_record(fake: FakeCluster) -> None:
+    async with producer(fake, acks=1) as p:
+        fake.lose_produce_responses = 1
+        await p.send_and_wait("t", b"once", partition=0)
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"once", b"once"]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id])
+async def test_sequence_errors_bump_the_epoch_and_deliver(fake: FakeCluster, code: int) -> None:
+    async with producer(fake) as p:
+        await p.send_and_wait("t", b"a", partition=0)
+        fake.inject_error(ApiKey.PRODUCE, code, topic="t", partition=0)
+        result = await p.send_and_wait("t", b"b", partition=0)
+        assert p.idempotence is not None and p.idempotence.epoch == 1
+    assert result.offset == 1
+    headers = [read_header(b) for b in fake.partition("t", 0).batches]
+    assert [(h.producer_epoch, h.base_sequence) for h in headers] == [(0, 0), (1, 0)]
+
+
+async def test_a_non_retriable_error_fails_the_record_with_its_class(fake: FakeCluster) -> None:
+    fake.inject_error(ApiKey.PRODUCE, ErrorCode.topic_authorization_failed, topic="t", partition=0)
+    async with producer(fake) as p:
+        future = await p.send("t", b"v", partition=0)
+        with pytest.raises(TopicAuthorizationFailedError):
+            await future
+
+
+# -- limits -------------------------------------------------------------------------------------------
+
+
+async def test_records_expire_after_delivery_timeout(fake: FakeCluster) -> None:
+    fake.create_topic("orphan", 1, leaders=[7])  # a leader no client can reach
+    async with producer(fake, request_timeout_ms=100, linger_ms=0, delivery_timeout_ms=300) as p:
+        future = await p.send("orphan", b"v")
+        with pytest.raises(
+            KafkaTimeoutError, match=r"expiring 1 record\(s\) for orphan-0.*delivery.timeout.ms"
+        ):
+            await future
+
+
+async def test_an_unknown_topic_fails_after_max_block(fake: FakeCluster) -> None:
+    async with producer(fake, max_block_ms=200) as p:
+        with pytest.raises(KafkaTimeoutError, match="topic 'missing' not available after"):
+            await p.send("missing", b"v")
+
+
+async def test_a_full_buffer_blocks_then_fails(fake: FakeCluster) -> None:
+    fake.create_topic("orphan", 1, leaders=[7])
+    async with producer(fake, buffer_memory=2000, max_block_ms=100, linger_ms=1000) as p:
+        with pytest.raises(BufferExhaustedError, match=r"max.block.ms"):
+            for _ in range(100):  # bounded: the buffer fills long before
+                await p.send("orphan", b"x" * 100)
+        await p.close(timeout=0)
+
+
+async def test_bad_records_are_refused_at_send(fake: FakeCluster) -> None:
+    async with producer(fake, max_request_size=1000) as p:
+        with pytest.raises(MessageTooLargeError, match=r"max.request.size \(1000\)"):
+            await p.send("t", b"x" * 2000)
+        with pytest.raises(TypeError, match="record value must be bytes or None, got str"):
+            await p.send("t", "text")
+
+
+async def test_serializers_turn_objects_into_bytes(fake: FakeCluster) -> None:
+    async with producer(fake, value_serializer=lambda v: str(v).encode(), key_serializer=str.encode) as p:
+        await p.send_and_wait("t", {"a": 1}, key="k", partition=0)
+    assert stored(fake, 0)[0][1:3] == (b"k", b"{'a': 1}")
+
+
+async def test_close_fails_what_could_not_be_delivered(fake: FakeCluster) -> None:
+    fake.create_topic("orphan", 1, leaders=[7])
+    p = producer(fake)
+    await p.start()
+    future = await p.send("orphan", b"v")
+    await p.close(timeout=0.1)
+    with pytest.raises(ClientClosedError, match="closed before this record was delivered"):
+        await future
+    with pytest.raises(ClientClosedError):
+        await p.send("t", b"v")
+
+
+async def test_flush_waits_for_every_answer(fake: FakeCluster) -> None:
+    async with producer(fake, linger_ms=10_000) as p:
+        futures = [await p.send("t", b"v", partition=i % 3) for i in range(30)]
+        await p.flush(timeout=5)
+        assert all(f.done() for f in futures)
+        assert p.metrics()["batches_waiting"] == 0
