@@ -11,6 +11,7 @@ from backbone.broker.handlers.common import build, error_code_of, response_modul
 from backbone.broker.handlers.fetch import check_leader_epoch
 from backbone.broker.network import RequestContext
 from backbone.protocol.api import ApiKey
+from backbone.protocol.records import OFFSET, TIMESTAMP, decode_batch
 
 if TYPE_CHECKING:
     from backbone.broker.partition import Partition
@@ -72,8 +73,29 @@ def _lookup(partition: Partition, timestamp: int) -> tuple[int, int, int]:
     found = log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= partition.high_watermark:
         return -1, -1, -1
-    offset, found_timestamp = found
+    offset, found_timestamp = _first_record_at_or_after(partition, found[0], timestamp) or found
     return found_timestamp, offset, _epoch_at(partition, offset)
+
+
+def _first_record_at_or_after(
+    partition: Partition, batch_offset: int, timestamp: int
+) -> tuple[int, int] | None:
+    """The exact record the time index's batch holds: the first at or after `timestamp`, as Kafka answers.
+
+    The index finds the batch (its max timestamp is at or after the time); only this one batch is read and
+    decoded, on this admin path, never on the produce or fetch path.
+    """
+    read = partition.log.read(batch_offset, 1, max_offset=partition.high_watermark)
+    if not read.regions:
+        return None
+    data = read.regions[0].read()
+    batch = decode_batch(data, 0)
+    if batch.header.has_log_append_time:
+        return None  # every record carries the batch's time: the batch answer is exact
+    for record in batch.records:
+        if record[OFFSET] >= batch_offset and record[TIMESTAMP] >= timestamp:
+            return record[OFFSET], record[TIMESTAMP]
+    return None
 
 
 def _epoch_at(partition: Partition, offset: int) -> int:
