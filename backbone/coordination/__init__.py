@@ -23,7 +23,7 @@ from backbone.coordination.znodes import (
     PartitionState,
     TopicAssignment,
 )
-from backbone.coordination.zookeeper_server import ZooKeeperServer, find_free_port
+from backbone.coordination.zookeeper_server import ZooKeeperServer, find_free_port, port_is_free
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
@@ -47,4 +47,5 @@ __all__ = [
     "ZooKeeperStartError",
     "assign_replicas",
     "find_free_port",
+    "port_is_free",
 ]

@@ -75,7 +75,8 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _port_is_free(host: str, port: int) -> bool:
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind `host:port` now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # SO_REUSEADDR mirrors what the JVM sets, so a port in TIME_WAIT still counts as free.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -321,7 +322,7 @@ class ZooKeeperServer:
                 f"ZooKeeper on {self.connect_string} is already running (pid {self.pid})"
             )
         command, pending_archive = self._build_command()  # raises ZooKeeperNotInstalledError first
-        if not _port_is_free(self.host, self.port):
+        if not port_is_free(self.host, self.port):
             raise PortInUseError(
                 f"port {self.port} on {self.host} is already in use; pick another (find_free_port()) "
                 "or stop what listens there"

@@ -8,24 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from backbone.coordination import find_free_port
+
 READY_MARKER = "ready on"
 
 
 class BrokerStartError(RuntimeError):
     """The broker process exited or never became ready; the message holds the end of its output."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class BrokerProcess:
@@ -43,7 +38,7 @@ class BrokerProcess:
         self.broker_id = broker_id
         self.directory = Path(directory)
         self.host = host
-        self.port = port or free_port(host)
+        self.port = port or find_free_port(host)
         self.properties: dict[str, str] = {
             "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{host}:{self.port}",

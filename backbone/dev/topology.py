@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backbone.coordination import ZooKeeperServer
-from backbone.dev.processes import BrokerProcess, free_port
+from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
+from backbone.dev.processes import BrokerProcess
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +37,8 @@ PORTS_PER_CLUSTER = 100
 HOST = "127.0.0.1"
 
 
-def port_is_free(port: int, host: str = HOST) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
 def pick_port(preferred: int, taken: set[int]) -> int:
-    port = preferred if preferred not in taken and port_is_free(preferred) else free_port()
+    port = preferred if preferred not in taken and port_is_free(HOST, preferred) else find_free_port(HOST)
     taken.add(port)
     return port
 
