@@ -49,6 +49,15 @@ class MetadataCache:
         state = self.states.get((topic, partition))
         return -1 if state is None else state.leader
 
+    def reachable_brokers(self, listener: str) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of each live broker with `listener`; others cannot be reached from it."""
+        found = []
+        for broker_id in sorted(self.brokers):
+            address = self.endpoint(broker_id, listener)
+            if address is not None:
+                found.append((broker_id, address[0], address[1], self.brokers[broker_id].rack))
+        return found
+
     def endpoint(self, broker_id: int, listener: str) -> tuple[str, int] | None:
         registration = self.brokers.get(broker_id)
         if registration is None:

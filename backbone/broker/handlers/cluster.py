@@ -59,18 +59,9 @@ def register(broker: Broker) -> None:
                 brokers=(),
                 cluster_authorized_operations=NOT_REQUESTED,
             )
-        listener = context.connection.listener.name
         brokers = tuple(
-            build(
-                module.DescribeClusterBroker,
-                broker_id=broker_id,
-                host=address[0],
-                port=address[1],
-                rack=cache.brokers[broker_id].rack,
-            )
-            for broker_id in sorted(cache.brokers)
-            # A broker without this listener cannot be reached from here; Kafka leaves it out too.
-            if (address := cache.endpoint(broker_id, listener)) is not None
+            build(module.DescribeClusterBroker, broker_id=broker_id, host=host, port=port, rack=rack)
+            for broker_id, host, port, rack in cache.reachable_brokers(context.connection.listener.name)
         )
         return build(
             module.DescribeClusterResponse,

@@ -96,19 +96,10 @@ def _response(
 ) -> Any:
     module = response_module(ApiKey.METADATA, version)
     cache = broker.cache
-    brokers = []
-    for broker_id in sorted(cache.brokers):
-        address = cache.endpoint(broker_id, listener)
-        if address is not None:
-            brokers.append(
-                build(
-                    module.MetadataResponseBroker,
-                    node_id=broker_id,
-                    host=address[0],
-                    port=address[1],
-                    rack=cache.brokers[broker_id].rack,
-                )
-            )
+    brokers = [
+        build(module.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=rack)
+        for broker_id, host, port, rack in cache.reachable_brokers(listener)
+    ]
     topics = []
     for name in sorted(cache.topics) if names is None else names:
         topics.append(_topic(broker, module, name, name in pending))
