@@ -17,6 +17,7 @@ from backbone.protocol.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
+    UnsupportedVersionError,
 )
 from backbone.protocol.record_batch import (
     LENGTH_FIELD_END,
@@ -79,7 +80,11 @@ def validate_producer_records(
     plus a record count that disagrees with the offset delta), MessageTooLargeError for a batch over
     max.message.bytes, RecordListTooLargeError for a set over segment.bytes.
     """
-    batches = check_batches(records)
+    try:
+        batches = check_batches(records)
+    except UnsupportedVersionError as exc:
+        # Produce v3+ carries record batch v2 only; Kafka answers another magic with INVALID_RECORD.
+        raise InvalidRecordError(exc.message) from None
     limit = config.max_message_bytes
     for _, header in batches:
         if header.batch_length + LENGTH_FIELD_END > limit:

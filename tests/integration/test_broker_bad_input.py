@@ -105,7 +105,7 @@ def test_corrupt_batches_are_refused_and_nothing_is_written(guarded) -> None:
     bad_length[8:12] = struct.pack(">i", len(good))
     cases = {
         bytes(bad_crc): ErrorCode.corrupt_message,
-        bytes(bad_magic): ErrorCode.unsupported_version,
+        bytes(bad_magic): ErrorCode.invalid_record,
         bytes(bad_length): ErrorCode.corrupt_message,
         bytes(good[:40]): ErrorCode.corrupt_message,
     }

@@ -17,7 +17,6 @@ from backbone.protocol.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
-    UnsupportedVersionError,
 )
 from backbone.protocol.record_batch import TIMESTAMP_TYPE_LOG_APPEND, check_batch
 from tests.helpers.batches import (
@@ -128,8 +127,8 @@ GOOD = build_batch(3)
 BAD_INPUTS = {
     "crc_flipped_in_records": (_flip(GOOD, 100), CorruptMessageError),
     "crc_flipped_in_header": (_flip(GOOD, 30), CorruptMessageError),
-    "magic_1": (_with_magic(GOOD, 1), UnsupportedVersionError),
-    "magic_3": (_with_magic(GOOD, 3), UnsupportedVersionError),
+    "magic_1": (_with_magic(GOOD, 1), InvalidRecordError),
+    "magic_3": (_with_magic(GOOD, 3), InvalidRecordError),
     "length_longer_than_bytes": (_with_length(GOOD, 10), CorruptMessageError),
     "length_shorter_than_bytes": (_with_length(GOOD, -10), CorruptMessageError),
     "cut_short": (GOOD[:-1], CorruptMessageError),
