@@ -11,7 +11,7 @@ from backbone import __version__
 from backbone.protocol.errors import KafkaError
 
 # Each entry names a module in this package that defines `register(subparsers)`.
-_COMMAND_MODULES = ("servers", "dev", "storage")
+_COMMAND_MODULES = ("servers", "dev", "storage", "topics", "produce", "consume")
 
 
 class UsageError(Exception):
@@ -24,6 +24,12 @@ def _load_commands(subparsers: argparse._SubParsersAction) -> None:
     for name in _COMMAND_MODULES:
         module = importlib.import_module(f"backbone.cli.{name}")
         module.register(subparsers)
+
+
+def _is_client_error(exc: BaseException) -> bool:
+    """An error our client raised itself; only possible when a command has loaded the client."""
+    errors = sys.modules.get("backbone.client.errors")
+    return errors is not None and isinstance(exc, errors.KafkaClientError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args) or 0
     except UsageError as exc:
         parser.exit(2, f"backbone {args.command}: {exc}\n")
-    except KafkaError as exc:
+    except Exception as exc:
+        if not isinstance(exc, KafkaError) and not _is_client_error(exc):
+            raise
         print(f"backbone {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

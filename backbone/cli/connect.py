@@ -1,0 +1,149 @@
+"""What `topics`, `produce` and `consume` share: where the cluster is, how long to wait, how failures read.
+
+Every client-side command takes `--bootstrap-server` (default: $BACKBONE_BOOTSTRAP, else 127.0.0.1:9092)
+and `--request-timeout-ms`, and opens the cluster through `admin_session`, which first asks for the
+cluster's description. That first request is what tells "nothing answers at this address" apart from
+later failures, so only then does the message tell the user to check the address and the brokers.
+
+These modules import the client only inside the functions that run a command: every `backbone` command
+loads all command modules to build its parser, and most never need the client (it costs ~0.1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from backbone.cli import UsageError
+
+if TYPE_CHECKING:
+    from backbone.client import Admin
+
+BOOTSTRAP_ENV = "BACKBONE_BOOTSTRAP"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_REQUEST_TIMEOUT_MS = 15_000
+_PROBED_SERVERS = 3  # bootstrap servers `probe` tries, each for at most _PROBE_TIMEOUT_S
+_PROBE_TIMEOUT_S = 1.0
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CommandFailed(Exception):
+    """The command could not do its job; the message says why and what to check. Exit status 1."""
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `low` (argparse reports anything else as a usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """A parent parser with the options every client-side command takes."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
+        help=f"brokers to connect to first (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--request-timeout-ms",
+        type=int_at_least(1),
+        default=DEFAULT_REQUEST_TIMEOUT_MS,
+        metavar="MS",
+        help=f"how long to wait for the cluster to answer (default {DEFAULT_REQUEST_TIMEOUT_MS})",
+    )
+    return parser
+
+
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings every client of this command gets (Kafka property names)."""
+    return {"bootstrap.servers": args.bootstrap_server, "request.timeout.ms": args.request_timeout_ms}
+
+
+@contextmanager
+def admin_session(args: argparse.Namespace) -> Iterator[Admin]:
+    """An Admin client on a cluster known to answer (CommandFailed naming what to check if none does)."""
+    from backbone.client import Admin, KafkaClientError
+
+    config = client_config(args)
+    with Admin(config, default_api_timeout_ms=args.request_timeout_ms) as admin:
+        try:
+            admin.describe_cluster()
+        except KafkaClientError:
+            raise CommandFailed(
+                f"no broker answered at {args.bootstrap_server} within {args.request_timeout_ms} ms "
+                f"({probe(args.bootstrap_server)}). Check that the brokers are running and that "
+                f"--bootstrap-server (or ${BOOTSTRAP_ENV}) names a broker's listener as host:port, reachable "
+                "from this machine"
+            ) from None
+        yield admin
+
+
+def probe(servers: str) -> str:
+    """What a plain TCP connect to each bootstrap server says, to name the cause of a failed first request.
+
+    The client's own timeout error only says that nothing answered; "connection refused" (nothing listens)
+    and a name that does not resolve call for different fixes.
+    """
+    from backbone.client.config import parse_bootstrap
+
+    findings = []
+    for server in [s.strip() for s in servers.split(",") if s.strip()][:_PROBED_SERVERS]:
+        try:
+            with socket.create_connection(parse_bootstrap(server), timeout=_PROBE_TIMEOUT_S):
+                findings.append(f"{server}: accepts connections but gave no Kafka answer")
+        except (OSError, ValueError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            findings.append(f"{server}: {reason}")
+    return "; ".join(findings)
+
+
+def reports_failures(handler: Handler) -> Handler:
+    """Print CommandFailed and client-side errors as `backbone COMMAND: message` and exit 1.
+
+    The command's entry point already does this for Kafka error codes (KafkaError); client-side errors
+    (timeouts, lost connections) are a separate hierarchy, so they are turned into the same one line here
+    rather than ending in a traceback.
+    """
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        from backbone.client import KafkaClientError
+
+        try:
+            return handler(args)
+        except (CommandFailed, KafkaClientError) as error:
+            print(f"backbone {args.command}: {error}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def parse_assignments(items: list[str], option: str) -> dict[str, str]:
+    """`key=value` strings of a repeatable option as a dict; a malformed or repeated one is a UsageError."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{option} takes key=value, got {item!r}")
+        if key in result:
+            raise UsageError(f"{option} gives {key!r} twice")
+        result[key] = value
+    return result
