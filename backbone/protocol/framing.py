@@ -104,9 +104,10 @@ def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into frame bodies, fed one received chunk at a time.
 
-    Each frame body is filled into its own buffer sized from the prefix, so a large frame is
-    copied once (from the received chunk into its buffer) and never re-buffered as more chunks
-    arrive. The returned memoryviews own their buffers; callers may keep them.
+    Each frame body grows in its own buffer as its bytes arrive. The buffer is never sized from the
+    prefix up front: a peer that announces a 100 MB frame and sends five bytes must cost five bytes,
+    not 100 MB (many such connections would otherwise exhaust memory). The returned memoryviews own
+    their buffers; callers may keep them.
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
@@ -115,7 +116,7 @@ class FrameDecoder:
         self.max_bytes = max_bytes
         self._prefix = bytearray()
         self._body: bytearray | None = None
-        self._filled = 0
+        self._expected = 0
         self._error: FrameError | None = None
 
     @property
@@ -123,7 +124,7 @@ class FrameDecoder:
         """Bytes of the unfinished frame received so far (prefix included)."""
         if self._body is None:
             return len(self._prefix)
-        return PREFIX_BYTES + self._filled
+        return PREFIX_BYTES + len(self._body)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Consume `data`; return the bodies of every frame it completes, in order.
@@ -151,14 +152,13 @@ class FrameDecoder:
                     self._error = error
                     raise
                 self._prefix.clear()
-                self._body = bytearray(size)
-                self._filled = 0
+                self._body = bytearray()
+                self._expected = size
             body = self._body
-            take = min(len(body) - self._filled, end - pos)
-            body[self._filled : self._filled + take] = view[pos : pos + take]
-            self._filled += take
+            take = min(self._expected - len(body), end - pos)
+            body += view[pos : pos + take]
             pos += take
-            if self._filled == len(body):
+            if len(body) == self._expected:
                 frames.append(memoryview(body))
                 self._body = None
         return frames

@@ -168,3 +168,21 @@ async def test_read_frame_waits_for_a_body_arriving_later() -> None:
     assert not pending.done()
     reader.feed_data(b"bc")
     assert await asyncio.wait_for(pending, timeout=5) == b"abc"
+
+
+def test_an_announced_frame_costs_only_the_bytes_received() -> None:
+    """A peer announcing a huge frame and trickling bytes must not make the broker reserve it all."""
+    import tracemalloc
+
+    decoders = []
+    tracemalloc.start()
+    try:
+        for _ in range(10):
+            decoder = FrameDecoder(max_bytes=100_000_000)
+            assert decoder.feed(struct.pack(">i", 90_000_000) + b"abc") == []
+            decoders.append(decoder)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"10 announced 90 MB frames held {peak} bytes"
+    assert all(decoder.buffered_bytes == 7 for decoder in decoders)
