@@ -31,8 +31,10 @@ from backbone.protocol.headers import RequestHeader, decode_request_header, resp
 
 log = logging.getLogger(__name__)
 
-# Requests one connection may have waiting before the broker stops reading from it.
+# Requests, and bytes of requests, one connection may have waiting before the broker stops reading from it
+# (one request larger than the byte bound is still taken: it waits alone).
 MAX_QUEUED_REQUESTS = 64
+MAX_QUEUED_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -89,6 +91,7 @@ class Connection(asyncio.Protocol):
         self.api_table = listener.api_table
         self.decoder = FrameDecoder(listener.max_request_bytes)
         self.queue: collections.deque[memoryview] = collections.deque()
+        self.queued_bytes = 0
         self.ready = asyncio.Event()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -121,8 +124,9 @@ class Connection(asyncio.Protocol):
             return
         if frames:
             self.queue.extend(frames)
+            self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
-            if len(self.queue) >= MAX_QUEUED_REQUESTS and not self._reading_paused:
+            if self._queue_full() and not self._reading_paused:
                 self._reading_paused = True
                 assert self.transport is not None
                 self.transport.pause_reading()
@@ -145,6 +149,9 @@ class Connection(asyncio.Protocol):
 
     # -- serving ---------------------------------------------------------------------------------
 
+    def _queue_full(self) -> bool:
+        return len(self.queue) >= MAX_QUEUED_REQUESTS or self.queued_bytes >= MAX_QUEUED_BYTES
+
     async def _serve(self) -> None:
         try:
             while not self.closed:
@@ -153,7 +160,8 @@ class Connection(asyncio.Protocol):
                     await self.ready.wait()
                     continue
                 frame = self.queue.popleft()
-                if self._reading_paused and len(self.queue) < MAX_QUEUED_REQUESTS // 2:
+                self.queued_bytes -= frame.nbytes
+                if self._reading_paused and not self._queue_full():
                     self._reading_paused = False
                     assert self.transport is not None
                     self.transport.resume_reading()
