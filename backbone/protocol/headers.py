@@ -127,10 +127,16 @@ def first_flexible_version(api_key: int) -> int | None:
     name = api_key_map.get(api_key)
     if name is None:
         return None
-    for version in sorted(schema_name_map[name]):
-        if load_request_schema(api_key, version).__flexible__:
-            return version
-    return None
+    # Once flexible, every later version is too; a binary search imports a few schema modules, not all.
+    versions = sorted(schema_name_map[name])
+    low, high = 0, len(versions)
+    while low < high:
+        middle = (low + high) // 2
+        if load_request_schema(api_key, versions[middle]).__flexible__:
+            high = middle
+        else:
+            low = middle + 1
+    return versions[low] if low < len(versions) else None
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:
