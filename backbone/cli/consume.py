@@ -227,6 +227,8 @@ class _Output:
     def write(self, batches: dict[TopicPartition, RecordList]) -> bool:
         """Write the records; False when the reader has gone away."""
         chunk = [render(self.parts, record) for records in batches.values() for record in records]
+        # Counted before writing: a Ctrl-C arriving just after the write must not report them unread.
+        self.count += len(chunk)
         try:
             self.stream.write(b"".join(chunk))
             self.stream.flush()
@@ -235,7 +237,6 @@ class _Output:
             # points at /dev/null so the interpreter's final flush does not fail on the closed pipe.
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
             return False
-        self.count += len(chunk)
         return True
 
 
