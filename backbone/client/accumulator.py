@@ -1,45 +1,61 @@
 """Where sent records wait to be batched: per-partition batches, the memory bound, and record futures.
 
-`RecordAccumulator.append` is called by whoever calls `send` (the event-loop thread for the async producer,
-any application thread for the sync one), so the batch queues are guarded by a lock; the sender drains
-them on the event-loop thread. A batch is ready to go when it is full (`batch.size`), has waited
-`linger.ms`, or when the producer is flushing or closing, or when a `send` is waiting for memory.
+`RecordAccumulator` keeps a queue of batches per partition; whoever calls `send` (the event-loop thread for
+the async producer, any application thread for the sync one) appends, and the sender drains the queues on
+the event-loop thread. A batch is ready to go when it is full (`batch.size`), has waited `linger.ms`, or
+when the producer is flushing or closing, or when a `send` is waiting for memory.
 
 `BufferPool` bounds the bytes records may hold while they wait (`buffer.memory`). Each record reserves an
 upper bound of its encoded size, released when its batch completes; a `send` that finds no room waits up to
 `max.block.ms` (it never lets memory grow without bound) and then raises `BufferExhaustedError`.
 
+The per-record path is kept to one lock acquisition and one small object. The pool and the accumulator
+share one lock (`BufferPool.lock`), so reserving a record's memory, picking its partition and appending it
+happen under a single acquisition. A record's future is only (batch, index): completing a batch sets a few
+fields on the batch, and a future builds its `RecordMetadata` from them when asked. Callbacks are kept per
+batch, as (index, callback) pairs, and only records that have one cost anything when their batch completes.
+
 `RecordFuture` is what the sync producer's `send` returns: a `concurrent.futures.Future`-like object
 (`result`, `exception`, `done`, `add_done_callback`) with kafka-python's `get`, `add_callback` and
-`add_errback`. The async producer hands out asyncio futures instead; a batch completes either kind.
+`add_errback`. The async producer hands out `AsyncRecordFuture`, which is awaited instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from crc32c import crc32c
 
-from backbone.client.errors import BufferExhaustedError, KafkaTimeoutError
+from backbone.client.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import CRC_OFFSET, CRC_START
 from backbone.protocol.records import Header, RecordBatchBuilder
 
-__all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "RecordFuture", "stamp_producer"]
+__all__ = [
+    "AsyncRecordFuture",
+    "BufferPool",
+    "ProducerBatch",
+    "RecordAccumulator",
+    "RecordFuture",
+    "run_callback",
+    "stamp_producer",
+]
 
 log = logging.getLogger(__name__)
 
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
 _PRODUCER_FIELDS_OFFSET = 43
 _CRC = struct.Struct(">I")
+# Guards callback lists against a batch completing (loop thread) while a callback is added (any thread).
 _callback_lock = threading.Lock()
 
 Callback = Callable[[RecordMetadata | None, BaseException | None], Any]
@@ -61,90 +77,222 @@ def run_callback(callback: Callable[..., Any], *args: Any) -> None:
         log.exception("producer callback raised callback=%r", callback)
 
 
-class RecordFuture:
-    """The outcome of one `Producer.send`: RecordMetadata, or the exception that failed the record."""
+# -- completions: what record futures read ------------------------------------------------------------
 
-    __slots__ = ("_batch_done", "_callbacks", "_done", "_error", "_value")
 
-    def __init__(self, batch_done: threading.Event) -> None:
-        self._batch_done = batch_done
-        self._done = False
-        self._value: RecordMetadata | None = None
-        self._error: BaseException | None = None
-        self._callbacks: list[Callable[[RecordFuture], Any]] | None = []
+class _Completion:
+    """Something records wait on: done once, with an error or with metadata per record index."""
 
-    def set_result(self, value: RecordMetadata) -> None:
-        self._finish(value, None)
+    __slots__ = ("callbacks", "done", "done_event", "error")
 
-    def set_exception(self, error: BaseException) -> None:
-        self._finish(None, error)
+    def __init__(self, done_event: threading.Event) -> None:
+        self.done = False
+        self.error: BaseException | None = None
+        self.done_event = done_event
+        self.callbacks: list[tuple[int, Callback]] | None = []
 
-    def _finish(self, value: RecordMetadata | None, error: BaseException | None) -> None:
+    def metadata(self, index: int) -> RecordMetadata:
+        raise NotImplementedError
+
+    def add_callback(self, index: int, callback: Callback) -> bool:
+        """Keep `callback(metadata, error)` for record `index`; False if complete (then run it yourself)."""
         with _callback_lock:
-            if self._done:
-                return
-            self._value, self._error, self._done = value, error, True
-            callbacks, self._callbacks = self._callbacks or [], None
-        for callback in callbacks:
-            run_callback(callback, self)
+            if self.callbacks is None:
+                return False
+            self.callbacks.append((index, callback))
+            return True
+
+    def _settle(self, error: BaseException | None) -> list[tuple[int, Callback]] | None:
+        """Mark complete; return the callbacks to run, or None if it was complete already."""
+        with _callback_lock:
+            if self.done:
+                return None
+            self.error = error
+            self.done = True  # after the outcome fields: readers check `done` first
+            callbacks, self.callbacks = self.callbacks, None
+        return callbacks
+
+    def _run_callbacks(self, callbacks: list[tuple[int, Callback]]) -> None:
+        error = self.error
+        for index, callback in callbacks:
+            if error is None:
+                run_callback(callback, self.metadata(index), None)
+            else:
+                run_callback(callback, None, error)
+
+
+class _SingleOutcome(_Completion):
+    """The completion of a standalone RecordFuture (made from an Event, completed by set_result)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, done_event: threading.Event) -> None:
+        super().__init__(done_event)
+        self.value: RecordMetadata | None = None
+
+    def metadata(self, index: int) -> RecordMetadata:
+        assert self.value is not None
+        return self.value
+
+    def resolve(self, value: RecordMetadata | None, error: BaseException | None) -> None:
+        self.value = value
+        callbacks = self._settle(error)
+        if callbacks is not None:
+            self.done_event.set()
+            self._run_callbacks(callbacks)
+
+
+class _RecordFutureBase:
+    """Record `index` of a batch; everything it reports is read from the batch."""
+
+    __slots__ = ("_batch", "_index")
+
+    _batch: _Completion
+    _index: int
 
     def done(self) -> bool:
-        return self._done
+        return self._batch.done
 
     def cancelled(self) -> bool:
-        return False
+        return False  # a record handed to the producer cannot be taken back
+
+    def succeeded(self) -> bool:
+        return self._batch.done and self._batch.error is None
+
+    def failed(self) -> bool:
+        return self._batch.done and self._batch.error is not None
+
+    def _outcome(self) -> RecordMetadata:
+        """The metadata of a completed record, or its batch's error raised."""
+        batch = self._batch
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self._index)
+
+    def _on_done(self, callback: Callback) -> None:
+        if not self._batch.add_callback(self._index, callback):
+            error = self._batch.error
+            run_callback(callback, None if error is not None else self._batch.metadata(self._index), error)
+
+    def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
+        """Call `fn(future)` when the record completes, on the thread that completes it (at once if done)."""
+        self._on_done(lambda _metadata, _error: fn(self))
+
+
+class RecordFuture(_RecordFutureBase):
+    """The outcome of one `Producer.send`: RecordMetadata, or the exception that failed the record."""
+
+    __slots__ = ()
+
+    def __init__(self, batch: ProducerBatch | threading.Event, index: int = -1) -> None:
+        """The future of record `index` of `batch`; from an Event alone, a standalone future.
+
+        A standalone future completes through `set_result`/`set_exception`, and `result` waits on the
+        Event for it.
+        """
+        if index >= 0:  # a batch's record; tested by index, not isinstance: this runs once per record
+            self._batch = batch
+            self._index = index
+        else:
+            assert isinstance(batch, threading.Event), "RecordFuture(batch, index) or RecordFuture(event)"
+            self._batch = _SingleOutcome(batch)
+            self._index = 0
+
+    def set_result(self, value: RecordMetadata) -> None:
+        self._standalone().resolve(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._standalone().resolve(None, error)
+
+    def _standalone(self) -> _SingleOutcome:
+        outcome = self._batch
+        if not isinstance(outcome, _SingleOutcome):
+            raise IllegalStateError("a record's future completes with its batch, not by hand")
+        return outcome
 
     def _wait(self, timeout: float | None) -> None:
-        if not self._done and not self._batch_done.wait(timeout):
+        batch = self._batch
+        if not batch.done and not batch.done_event.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout} s (it may still be delivered)")
-        if not self._done:  # the batch event is set only after every record of the batch finished
-            raise AssertionError("batch completed without completing its records")
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
+        return self._outcome()
 
     get = result
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
-        return self._error
-
-    def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
-        """Call `fn(future)` when the record completes (at once if it has); on the producer's thread."""
-        with _callback_lock:
-            if self._callbacks is not None:
-                self._callbacks.append(fn)
-                return
-        run_callback(fn, self)
+        return self._batch.error
 
     def add_callback(self, fn: Callable[..., Any], *args: Any) -> RecordFuture:
         """kafka-python style: `fn(*args, metadata)` on success."""
-        self.add_done_callback(lambda f: f._error is None and fn(*args, f._value))
+        self._on_done(lambda metadata, error: error is None and fn(*args, metadata))
         return self
 
     def add_errback(self, fn: Callable[..., Any], *args: Any) -> RecordFuture:
         """kafka-python style: `fn(*args, exception)` on failure."""
-        self.add_done_callback(lambda f: f._error is not None and fn(*args, f._error))
+        self._on_done(lambda metadata, error: error is not None and fn(*args, error))
         return self
 
-    def succeeded(self) -> bool:
-        return self._done and self._error is None
 
-    def failed(self) -> bool:
-        return self._done and self._error is not None
+def _wake(waiter: asyncio.Future[Any], *_args: object) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class AsyncRecordFuture(_RecordFutureBase):
+    """The outcome of one `AsyncProducer.send`: `await` it for RecordMetadata (or the record's exception).
+
+    Not an asyncio.Future (creating and resolving one per record was the async producer's largest cost),
+    but awaitable, so `asyncio.gather`, `wait_for` and friends take it. `result()` and `exception()` do not
+    wait: they raise asyncio.InvalidStateError until the record completed. Callbacks run on the event loop
+    thread when the batch completes.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        batch = self._batch
+        if not batch.done:
+            # A waiter per awaiting task, not one per batch: cancelling one task must not touch others.
+            waiter = asyncio.get_running_loop().create_future()
+            if batch.add_callback(self._index, functools.partial(_wake, waiter)):
+                yield from waiter
+        return self._outcome()
+
+    def _check_done(self) -> None:
+        if not self._batch.done:
+            raise asyncio.InvalidStateError("the record is not acknowledged yet; await the future")
+
+    def result(self) -> RecordMetadata:
+        self._check_done()
+        return self._outcome()
+
+    def exception(self) -> BaseException | None:
+        self._check_done()
+        return self._batch.error
+
+
+# -- memory -------------------------------------------------------------------------------------------
 
 
 class BufferPool:
-    """A byte budget (`buffer.memory`) shared by every waiting record."""
+    """A byte budget (`buffer.memory`) shared by every waiting record.
+
+    `lock` is the accumulator's lock too: a `send` reserves and appends under one acquisition. Code holding
+    it may take `available` directly; everything else goes through the methods.
+    """
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.available = total
-        self._cond = threading.Condition()
+        self.lock = threading.Lock()
+        self._cond = threading.Condition(self.lock)
         self._async_waiters: list[asyncio.Future[None]] = []
         self._sync_waiters = 0
 
@@ -166,7 +314,7 @@ class BufferPool:
         )
 
     def try_reserve(self, size: int) -> bool:
-        with self._cond:
+        with self.lock:
             if self.available >= size:
                 self.available -= size
                 return True
@@ -191,54 +339,70 @@ class BufferPool:
 
     async def reserve(self, size: int, max_block_ms: int) -> None:
         """Reserve `size` bytes, waiting up to `max_block_ms` (on the event loop)."""
-        if size > self.total:
-            raise self._too_big(size)
         deadline = time.monotonic() + max_block_ms / 1000
         while not self.try_reserve(size):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._timeout(size, max_block_ms)
-            waiter = asyncio.get_running_loop().create_future()
-            with self._cond:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            await self.wait_for_room(size, max(remaining_ms, 0), max_block_ms)
+
+    async def wait_for_room(self, size: int, max_block_ms: int, reported_ms: int | None = None) -> None:
+        """Wait up to `max_block_ms` (on the event loop) until `size` bytes are free, without taking them.
+
+        A producer's `send` waits so, then appends and reserves under the accumulator lock in one go;
+        another send may take the bytes first, and then it waits again. `reported_ms` is the wait the
+        error names (the whole `max.block.ms` when this is one of several waits).
+        """
+        if size > self.total:
+            raise self._too_big(size)
+        reported = max_block_ms if reported_ms is None else reported_ms
+        deadline = time.monotonic() + max_block_ms / 1000
+        while True:
+            with self.lock:
+                if self.available >= size:
+                    return
+                waiter = asyncio.get_running_loop().create_future()
                 self._async_waiters.append(waiter)
+            remaining = deadline - time.monotonic()
             try:
+                if remaining <= 0:
+                    raise TimeoutError
                 async with asyncio.timeout(remaining):
                     await waiter
             except TimeoutError:
-                raise self._timeout(size, max_block_ms) from None
+                raise self._timeout(size, reported) from None
             finally:
-                with self._cond:
+                with self.lock:
                     if waiter in self._async_waiters:
                         self._async_waiters.remove(waiter)
 
     def release(self, size: int) -> None:
         """Give bytes back (from any thread) and wake whoever waits for them."""
-        with self._cond:
+        with self.lock:
             self.available += size
-            self._cond.notify_all()
+            if self._sync_waiters:
+                self._cond.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
         for waiter in waiters:
             # Futures are woken on their own loop: release may run on an application thread.
             waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+# -- batches ------------------------------------------------------------------------------------------
 
 
-class ProducerBatch:
-    """Records for one partition that travel together, and the futures waiting on them."""
+class ProducerBatch(_Completion):
+    """Records for one partition that travel together, and their outcome once the broker answered."""
 
     __slots__ = (
+        "_built_fields",
+        "_count",
         "attempts",
+        "base_offset",
         "base_sequence",
         "builder",
         "created",
         "deadline",
-        "done",
-        "done_event",
         "full",
+        "log_append_time",
         "producer_epoch",
         "producer_id",
         "records",
@@ -252,26 +416,38 @@ class ProducerBatch:
     def __init__(
         self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float
     ) -> None:
+        super().__init__(threading.Event())
         self.tp = tp
-        self.builder = builder
+        self.builder: RecordBatchBuilder | None = builder
         self.created = now
         self.deadline = now + delivery_timeout
-        self.sinks: list[Any] = []
         self.timestamps: list[int] = []
+        self.sinks: list[Any] = []
+        """Futures completed one by one (`RecordAccumulator.append`'s `make_sink`); the hot path has none."""
         self.reserved = 0
         self.full = False
+        """No more appends: the batch reached `batch.size` or left its queue (drained, expired, closed)."""
         self.attempts = 0
         self.retry_at = 0.0
         self.records: bytes | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
-        self.done = False
-        self.done_event = threading.Event()
+        self.base_offset = -1
+        self.log_append_time = -1
+        self._count = 0
+        self._built_fields = (-1, -1, -1)
 
     @property
     def record_count(self) -> int:
-        return self.builder.record_count
+        return self.builder.record_count if self.builder is not None else self._count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The batch's size (compressed once built); an estimate for a request's size."""
+        if self.builder is not None:
+            return self.builder.size_in_bytes
+        return len(self.records) if self.records is not None else 0
 
     def __repr__(self) -> str:
         return (
@@ -279,36 +455,60 @@ class ProducerBatch:
             f"attempts={self.attempts}>"
         )
 
+    def _drop_builder(self) -> None:
+        if self.builder is not None:
+            self._count = self.builder.record_count
+            self.builder = None
+
     def build(self) -> bytes:
         """The batch's bytes with the producer fields of this attempt (built and compressed once)."""
+        fields = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self.records is None:
+            assert self.builder is not None, "a completed batch is not sent again"
+            # The fields go in before the CRC is computed: one pass over the bytes, no copy to stamp them.
+            self.builder.set_producer(*fields)
             self.records = self.builder.build()
-        if self.producer_id >= 0:
-            return stamp_producer(self.records, self.producer_id, self.producer_epoch, self.base_sequence)
+            self._drop_builder()
+        elif fields != self._built_fields:
+            self.records = stamp_producer(self.records, *fields)  # renumbered after an epoch bump
+        self._built_fields = fields
         return self.records
 
+    def metadata(self, index: int) -> RecordMetadata:
+        base = self.base_offset
+        stamp = self.log_append_time
+        return RecordMetadata(
+            self.tp.topic,
+            self.tp.partition,
+            base + index if base >= 0 else -1,
+            stamp if stamp >= 0 else self.timestamps[index],
+        )
+
     def complete(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
-        """Resolve every record's future (offsets are base_offset + index; -1 stays -1 for acks=0)."""
+        """Record the outcome (offsets are base_offset + index; -1 stays -1 for acks=0) and run callbacks."""
         if self.done:
             return
-        self.done = True
-        topic, partition = self.tp
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        callbacks = self._settle(error)
+        if callbacks is None:
+            return
+        # Futures may keep the batch alive long after: keep what they read, not the records' bytes.
+        self._drop_builder()
+        self.records = None
         for index, sink in enumerate(self.sinks):
-            if sink is None:
+            if sink is None or sink.done():
                 continue
             if error is not None:
-                if not sink.done():
-                    sink.set_exception(error)
-                continue
-            offset = base_offset + index if base_offset >= 0 else -1
-            stamp = log_append_time if log_append_time >= 0 else self.timestamps[index]
-            if not sink.done():
-                sink.set_result(RecordMetadata(topic, partition, offset, stamp))
+                sink.set_exception(error)
+            else:
+                sink.set_result(self.metadata(index))
         self.done_event.set()
+        self._run_callbacks(callbacks)
 
 
 class RecordAccumulator:
-    """Per-partition queues of batches; thread-safe appends, drained by the sender."""
+    """Per-partition queues of batches; appends under `lock` from any thread, drained by the sender."""
 
     def __init__(
         self,
@@ -326,15 +526,60 @@ class RecordAccumulator:
         self.codec = codec
         self.compression_level = compression_level
         self.delivery_timeout = delivery_timeout_ms / 1000
-        self.lock = threading.Lock()
+        self.lock = pool.lock
         self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
         self.flushing = 0
         self.closing = False
 
-    def _open_batch(self, queue: collections.deque[ProducerBatch] | None) -> ProducerBatch | None:
-        batch = queue[-1] if queue else None
-        if batch is None or batch.full or batch.attempts or batch.records is not None:
-            return None
+    # -- appending (the caller holds `lock`) ------------------------------------------------------
+
+    def try_add(
+        self,
+        batch: ProducerBatch,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        timestamp: int,
+        reserved: int,
+    ) -> int:
+        """Append to an open batch and return the record's index; -1 (and the batch closed) if it is full."""
+        assert batch.builder is not None
+        size = batch.builder.try_append(key, value, headers, timestamp, self.batch_size)
+        if not size:
+            batch.full = True
+            return -1
+        timestamps = batch.timestamps
+        timestamps.append(timestamp)
+        batch.reserved += reserved
+        if size >= self.batch_size:
+            batch.full = True
+        return len(timestamps) - 1
+
+    def add(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        timestamp: int,
+        reserved: int,
+    ) -> ProducerBatch:
+        """Append to the partition's open batch, or to a new one; the record is last in the batch returned.
+
+        A record larger than `batch.size` gets a batch of its own, as with Kafka's producer; the broker's
+        `max.message.bytes` decides whether to accept it.
+        """
+        queue = self.queues.get(tp)
+        if queue is None:
+            queue = self.queues[tp] = collections.deque()
+        elif queue:
+            batch = queue[-1]
+            if not batch.full and self.try_add(batch, key, value, headers, timestamp, reserved) >= 0:
+                return batch
+        builder = RecordBatchBuilder(self.codec, compression_level=self.compression_level)
+        batch = ProducerBatch(tp, builder, time.monotonic(), self.delivery_timeout)
+        self.try_add(batch, key, value, headers, timestamp, reserved)  # an empty batch takes any record
+        queue.append(batch)  # only once the record is in: a failed append leaves no empty batch
         return batch
 
     def append(
@@ -348,34 +593,28 @@ class RecordAccumulator:
         reserved: int,
         abort_if_new: bool = False,
     ) -> tuple[ProducerBatch, bool] | None:
-        """Add a record to the partition's open batch (or a new one); return it and whether it is new.
+        """`add` under the lock; return the batch and whether it is new. (The producer calls `add`.)
 
-        `make_sink(batch)` makes the record's future; it runs under the lock, so the batch cannot complete
-        before its future exists. With `abort_if_new`, return None instead of opening a new batch.
+        `make_sink(batch)`, if given, makes a future for the record that `complete` resolves; it runs under
+        the lock, so the batch cannot complete before it exists. With `abort_if_new`, return None instead
+        of opening a new batch.
         """
         with self.lock:
-            queue = self.queues.get(tp)
-            if queue is None:
-                queue = self.queues[tp] = collections.deque()
-            batch = self._open_batch(queue)
-            if batch is not None and not batch.builder.has_room_for(key, value, headers, self.batch_size):
-                batch.full = True
-                batch = None
-            created = batch is None
-            if batch is None and abort_if_new:
-                return None
-            if batch is None:
-                builder = RecordBatchBuilder(self.codec, compression_level=self.compression_level)
-                batch = ProducerBatch(tp, builder, time.monotonic(), self.delivery_timeout)
-            batch.builder.append(key, value, headers, timestamp)
-            if created:
-                queue.append(batch)  # only once the record is in: a failed append leaves no empty batch
-            batch.sinks.append(make_sink(batch) if make_sink is not None else None)
-            batch.timestamps.append(timestamp)
-            batch.reserved += reserved
-            if batch.builder.size_in_bytes >= self.batch_size:
-                batch.full = True
-            return batch, created
+            if abort_if_new:
+                queue = self.queues.get(tp)
+                batch = queue[-1] if queue else None
+                if batch is None or batch.full or self.try_add(batch, key, value, headers, timestamp, 0) < 0:
+                    return None
+                batch.reserved += reserved
+            else:
+                batch = self.add(tp, key, value, headers, timestamp, reserved)
+            index = len(batch.timestamps) - 1
+            if make_sink is not None:
+                batch.sinks.extend([None] * (index - len(batch.sinks)))
+                batch.sinks.append(make_sink(batch))
+            return batch, index == 0
+
+    # -- draining ---------------------------------------------------------------------------------
 
     def is_sendable(self, batch: ProducerBatch, now: float) -> bool:
         if batch.attempts:
@@ -390,13 +629,17 @@ class RecordAccumulator:
 
     def next_ready_in(self, now: float) -> float:
         """Seconds until some waiting batch becomes sendable by lingering or backoff (inf: none waits)."""
-        soonest = float("inf")
         with self.lock:
-            for queue in self.queues.values():
-                if queue:
-                    batch = queue[0]
-                    due = batch.retry_at if batch.attempts else batch.created + self.linger
-                    soonest = min(soonest, due - now)
+            return self.next_ready_in_locked(now)
+
+    def next_ready_in_locked(self, now: float) -> float:
+        """`next_ready_in` for a caller holding `lock`."""
+        soonest = float("inf")
+        for queue in self.queues.values():
+            if queue:
+                batch = queue[0]
+                due = batch.retry_at if batch.attempts else batch.created + self.linger
+                soonest = min(soonest, due - now)
         return max(soonest, 0.0)
 
     def pending_batches(self) -> list[ProducerBatch]:
@@ -410,6 +653,7 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch) -> None:
         """Put a batch to retry back at the front of its queue, ordered by sequence among retries."""
         with self.lock:
+            batch.full = True  # a retry is sent as it was: nothing more goes in
             queue = self.queues.setdefault(batch.tp, collections.deque())
             position = 0
             while (
@@ -422,16 +666,28 @@ class RecordAccumulator:
 
     def expire(self, now: float) -> list[ProducerBatch]:
         """Take out the waiting batches whose `delivery.timeout.ms` has passed."""
-        expired = []
         with self.lock:
-            for queue in self.queues.values():
-                while queue and queue[0].deadline <= now:
-                    expired.append(queue.popleft())
-                # Batches behind a live head are younger unless retries reordered them; check them all.
-                stale = [b for b in queue if b.deadline <= now]
-                for batch in stale:
-                    queue.remove(batch)
-                    expired.append(batch)
+            return self.expire_locked(now)
+
+    def expire_locked(self, now: float) -> list[ProducerBatch]:
+        """`expire` for a caller holding `lock`."""
+        expired: list[ProducerBatch] = []
+        for queue in self.queues.values():
+            if not queue:
+                continue
+            # Retried batches wait at the front in sequence order, with any deadlines; behind them the
+            # fresh batches are in creation order, so the first live one ends the scan. This runs every
+            # sender round: it must not walk a long queue.
+            stale = []
+            for batch in queue:
+                if batch.deadline <= now:
+                    stale.append(batch)
+                elif not batch.attempts:
+                    break
+            for batch in stale:
+                queue.remove(batch)
+                batch.full = True
+            expired += stale
         return expired
 
     def take_all(self) -> list[ProducerBatch]:
@@ -439,4 +695,6 @@ class RecordAccumulator:
         with self.lock:
             batches = [batch for queue in self.queues.values() for batch in queue]
             self.queues.clear()
+            for batch in batches:
+                batch.full = True
         return batches

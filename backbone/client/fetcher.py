@@ -13,7 +13,9 @@ Offsets that must be looked up first (`seek_to_beginning`/`seek_to_end`, `auto.o
 with ListOffsets by the same loop.
 
 Decoding happens in `poll`, batch by batch, only as far as `max.poll.records` needs: control batches are
-skipped, and with `isolation.level=read_committed` so are batches of aborted transactions.
+skipped, and with `isolation.level=read_committed` so are batches of aborted transactions. Batches are
+decoded lazily (`LazyRecords`): checked whole in `poll`, but the records of their runs of alike records
+are made only as the application reads them, one at a time, which spares the garbage collector.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,14 +63,15 @@ class CompletedFetch:
 
     tp: TopicPartition
     generation: int
-    records: bytes
+    records: bytes | bytearray | memoryview
+    """The partition's records section: a view of the Fetch response frame as the connection gives it."""
     aborted: list[tuple[int, int]] | None
     starts: list[int] = field(default_factory=list)
     """Where each whole batch starts in `records`; decoded from `next_batch` on."""
     next_batch: int = 0
-    pending: list[Any] = field(default_factory=list)
-    """Records decoded but not yet returned (a poll took fewer than a whole batch): plain Record tuples,
-    or ConsumerRecords when deserializers made them (`pending_kind` None)."""
+    pending: Sequence[Any] = field(default_factory=list)
+    """Records decoded but not yet returned (a poll took fewer than a whole batch): plain Record tuples
+    (a LazyRecords or a list), or ConsumerRecords when deserializers made them (`pending_kind` None)."""
     pending_kind: TimestampType | None = None
     pending_end: int = -1
     """The offset after the batch `pending` came from."""
@@ -105,7 +108,7 @@ class PartitionState:
         self.error = None
 
 
-def scan_batches(records: bytes) -> tuple[list[int], int | None]:
+def scan_batches(records: bytes | bytearray | memoryview) -> tuple[list[int], int | None]:
     """Where the whole batches of a records section start, and the offset after the last one.
 
     Headers only, no records: cheap enough to run the moment an answer arrives. A partial batch at the end
@@ -124,7 +127,7 @@ def scan_batches(records: bytes) -> tuple[list[int], int | None]:
         pos += size
 
 
-def next_fetch_offset(records: bytes) -> int | None:
+def next_fetch_offset(records: bytes | bytearray | memoryview) -> int | None:
     """The offset after the last whole batch in a records section (None when it holds no whole batch)."""
     return scan_batches(records)[1]
 
@@ -443,10 +446,10 @@ class Fetcher:
             return None
         start = completed.starts[completed.next_batch]
         completed.next_batch += 1
-        return decode_batch(completed.records, start, verify_crc=self.check_crcs)
+        return decode_batch(completed.records, start, verify_crc=self.check_crcs, lazy=True)
 
     @staticmethod
-    def _skip_early(records: list[Record], state: PartitionState) -> list[Record]:
+    def _skip_early(records: Sequence[Record], state: PartitionState) -> Sequence[Record]:
         target = state.skip_before_timestamp
         for index, record in enumerate(records):
             if record[1] >= target:  # type: ignore[operator]
@@ -470,12 +473,14 @@ class Fetcher:
 
     def _records(
         self, tp: TopicPartition, batch: DecodedBatch, position: int, state: PartitionState
-    ) -> tuple[TimestampType | None, list[Any]]:
+    ) -> tuple[TimestampType | None, Sequence[Any]]:
         """The batch's records from `position` on: plain tuples and their timestamp type, or, with
         deserializers, finished ConsumerRecords (type None)."""
         kind = _APPEND if batch.header.has_log_append_time else _CREATE
         records = batch.records
-        if records and records[0][0] < position:  # a batch that starts before the position (compressed)
+        # A batch that starts before the position (after a seek into it); the header says so without
+        # making a record.
+        if batch.header.base_offset < position and records and records[0][0] < position:
             records = [r for r in records if r[0] >= position]
         if state.skip_before_timestamp is not None:
             records = self._skip_early(records, state)

@@ -16,7 +16,9 @@ about sequence numbers and epochs is in `idempotence`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -76,33 +78,65 @@ class Sender:
         self.max_in_flight: int = config["max.in.flight.requests.per.connection"]
         self.backoff = (config["retry.backoff.ms"], config["retry.backoff.max.ms"])
         self._wakeup = asyncio.Event()
+        self._wake_requested = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = defaultdict(list)
         self._node_requests: dict[int, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[int] = set()
         self._completed = asyncio.Condition()
+        self._completion_waiters = 0
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._task = asyncio.ensure_future(self._run())
         self.cluster.listeners.append(self.wakeup)
 
     def wakeup(self) -> None:
-        self._wakeup.set()
+        """Make the sender run a round soon. Any thread may call it.
+
+        Requests coalesce until the round starts: a producer filling batches faster than the loop thread
+        gets to run costs one cross-thread wakeup (a write to the loop's self-pipe) per round, not one per
+        batch. The round clears the flag before it looks at the queues, so a batch added after that look
+        always finds the flag clear and asks again.
+        """
+        if self._wake_requested:
+            return
+        self._wake_requested = True
+        loop = self._loop
+        if loop is None or threading.get_ident() == self._loop_thread:
+            self._wakeup.set()
+        else:
+            loop.call_soon_threadsafe(self._wakeup.set)
 
     def in_flight_batches(self) -> list[ProducerBatch]:
         return [batch for batches in self._in_flight.values() for batch in batches]
 
     async def wait_for(self, batches: list[ProducerBatch], timeout: float | None) -> bool:
         """Wait until every batch completed; False if `timeout` seconds passed first."""
+        waiting = collections.deque(batches)
+
+        def all_done() -> bool:
+            # Batches mostly complete in order: drop finished ones from the front, so that checking after
+            # each answer costs O(1), not O(batches) (a flush may wait for thousands).
+            while waiting and waiting[0].done:
+                waiting.popleft()
+            return not waiting
+
+        self._completion_waiters += 1
         try:
             async with asyncio.timeout(timeout), self._completed:
-                await self._completed.wait_for(lambda: all(batch.done for batch in batches))
+                await self._completed.wait_for(all_done)
         except TimeoutError:
             return False
+        finally:
+            self._completion_waiters -= 1
         return True
 
     async def stop(self, error: BaseException) -> None:
@@ -123,36 +157,45 @@ class Sender:
     # -- the loop ---------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._stopping:
+            self._wake_requested = False
             self._wakeup.clear()
-            now = time.monotonic()
-            expired = self.accumulator.expire(now)
-            for batch in expired:
-                self._expire(batch, now)
-            if expired:
-                await self._notify_completed()
-            wait = await self._send_ready(now)
+            wait = await self._round(time.monotonic())
             if wait > 0:
+                # A timer that sets the event, not asyncio.timeout: this runs every round, and the timeout
+                # context manager costs several times more.
+                timer = None if wait == float("inf") else loop.call_later(wait, self._wakeup.set)
                 try:
-                    async with asyncio.timeout(None if wait == float("inf") else wait):
-                        await self._wakeup.wait()
-                except TimeoutError:
-                    pass  # a batch's linger or backoff ended
+                    await self._wakeup.wait()
+                finally:
+                    if timer is not None:
+                        timer.cancel()
 
-    async def _send_ready(self, now: float) -> float:
-        """Send what can go; return how long to sleep before the next round (0: go again now)."""
+    async def _round(self, now: float) -> float:
+        """Fail expired batches, send what can go; return how long to sleep before the next round (0: now)."""
         state = self.idempotence
-        if state is not None:
-            if state.bump_required and not self.in_flight_batches():
-                state.bump(self.accumulator.pending_batches())
-            if not state.has_producer_id:
-                if not self.accumulator.has_pending():
-                    return float("inf")
-                await self._init_producer_id()
-                return 0.0
-            if state.bump_required:
-                return _POLL_WHEN_BLOCKED  # drain nothing until the in-flight batches settled
-        requests, blocked = self._collect(now)
+        if state is not None and state.bump_required and not self.in_flight_batches():
+            state.bump(self.accumulator.pending_batches())
+        # Without a producer id, or until the in-flight batches settled before an epoch bump, nothing goes.
+        drain = state is None or (state.has_producer_id and not state.bump_required)
+        expired, requests, blocked, next_due = self._collect(now, drain)
+        for batch in expired:
+            self._expire(batch, now)
+        if expired:
+            await self._notify_completed()
+        if state is not None and not state.has_producer_id:
+            if not self.accumulator.has_pending():
+                return float("inf")
+            await self._init_producer_id()
+            return 0.0
+        if state is not None and state.bump_required:
+            # Nothing goes until the in-flight batches settled and the epoch is bumped. An expiry just now
+            # may have asked for the bump after the heads were taken: they go back, to be renumbered.
+            for batches in requests.values():
+                for batch in batches:
+                    self.accumulator.reenqueue(batch)
+            return 0.0 if requests else _POLL_WHEN_BLOCKED
         for node_id, batches in requests.items():
             self._node_requests[node_id] += 1
             for batch in batches:
@@ -160,20 +203,27 @@ class Sender:
                     state.assign(batch)
                 self._in_flight[batch.tp].append(batch)
             self._spawn(self._produce(node_id, batches))
-        next_due = self.accumulator.next_ready_in(now)
         if blocked:
             next_due = min(next_due, _POLL_WHEN_BLOCKED)
         return next_due if next_due > 0 or not blocked else _POLL_WHEN_BLOCKED
 
-    def _collect(self, now: float) -> tuple[dict[int, list[ProducerBatch]], bool]:
-        """Take the head batch of each sendable partition, grouped by leader; and whether some wait."""
+    def _collect(
+        self, now: float, drain: bool
+    ) -> tuple[list[ProducerBatch], dict[int, list[ProducerBatch]], bool, float]:
+        """Under one hold of the accumulator lock (the sending threads want it for every record): take out
+        expired batches, then (if `drain`) the head batch of each sendable partition grouped by leader.
+
+        Returns the expired batches, the requests, whether some batch is held back, and the seconds until
+        a waiting batch is due.
+        """
         metadata = self.cluster.metadata
         accumulator = self.accumulator
         requests: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
         blocked = False
         with accumulator.lock:
-            for tp, queue in accumulator.queues.items():
+            expired = accumulator.expire_locked(now)
+            for tp, queue in accumulator.queues.items() if drain else ():
                 if not queue or not accumulator.is_sendable(queue[0], now):
                     continue
                 batch = queue[0]
@@ -190,13 +240,15 @@ class Sender:
                     blocked = True  # a retried batch goes again only after those before it settled
                     continue
                 size = sizes.get(leader, 0)
-                estimate = batch.builder.size_in_bytes
+                estimate = batch.size_in_bytes
                 if size and size + estimate > self.max_request_size:
                     blocked = True
                     continue
                 sizes[leader] = size + estimate
+                batch.full = True  # it leaves the queue: no more appends
                 requests.setdefault(leader, []).append(queue.popleft())
-        return requests, blocked
+            next_due = accumulator.next_ready_in_locked(now)
+        return expired, requests, blocked, next_due
 
     def _node_can_send(self, node_id: int) -> bool:
         conn = self.cluster.connection_if_ready(node_id)
@@ -386,5 +438,7 @@ class Sender:
                 del self._in_flight[batch.tp]
 
     async def _notify_completed(self) -> None:
+        if not self._completion_waiters:
+            return  # nobody flushes or closes: skip the condition's lock, once per request
         async with self._completed:
             self._completed.notify_all()

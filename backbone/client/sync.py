@@ -4,24 +4,25 @@ Each object starts a private daemon thread with its own event loop and creates i
 blocking method submits the core's coroutine to that loop and waits for the result. The one exception is
 `Producer.send`, the hot path: it serializes, partitions and appends to the batch in the calling thread
 (the accumulator is thread-safe) and only wakes the loop when a batch opens or fills, so a send costs no
-thread hop. Close the objects (or use them as context managers): the thread ends with them.
+thread hop; only a send that must wait (for a new topic's metadata, or for memory) goes through the loop.
+Close the objects (or use them as context managers): the thread ends with them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from backbone.client.accumulator import RecordFuture, run_callback
+from backbone.client.accumulator import RecordFuture
 from backbone.client.admin import AsyncAdmin
 from backbone.client.consumer import AsyncConsumer
 from backbone.client.errors import KafkaTimeoutError
-from backbone.client.producer import AsyncProducer, Callback
+from backbone.client.producer import AsyncProducer, Callback, MakeFuture, MustWait
 from backbone.client.structs import ConsumerRecord, RecordList, TopicPartition
 
 __all__ = ["Admin", "Consumer", "Producer"]
@@ -64,9 +65,6 @@ class _LoopThread:
                 raise  # the operation's own timeout (e.g. KafkaTimeoutError), not the wait for it
             future.cancel()
             raise KafkaTimeoutError(f"the operation did not finish within {timeout} s") from None
-
-    def call_soon(self, callback: Callable[[], Any]) -> None:
-        self.loop.call_soon_threadsafe(callback)
 
     def stop(self) -> None:
         if self.loop.is_closed():
@@ -151,6 +149,10 @@ class Producer(_Facade):
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(lambda: AsyncProducer(config, **kwargs), "backbone-producer")
+        if not self._core._serializing:
+            # `send` without a Python frame of its own: the core's hot path with this face's future type
+            # and wait handler bound in by functools.partial (a C call). It behaves as the method below.
+            self.send = functools.partial(self._core._enqueue, RecordFuture, self._wait_then_enqueue)
 
     def send(
         self,
@@ -164,24 +166,22 @@ class Producer(_Facade):
         callback: Callback | None = None,
     ) -> RecordFuture:
         """Queue a record and return at once with its future (blocks only as AsyncProducer.send waits)."""
-        core = self._core
-        core._check_open()
-        started = time.monotonic()
-        record = core._prepare(topic, key, value, headers, timestamp_ms)
-        partitions = core.cluster.metadata.partitions_for(topic)
-        if partitions is None:
-            partitions = self._run(core.cluster.wait_for_topic(topic, core._max_block_ms_left(started)))
-        if not core.pool.try_reserve(record.size):
-            self._thread.call_soon(core.sender.wakeup)  # waiting for memory makes batches sendable at once
-            core.pool.reserve_blocking(record.size, core._max_block_ms_left(started))
-        batch, wake = core._append(
-            record, partition, partitions, lambda batch: RecordFuture(batch.done_event)
+        key, value = self._core._serialized(key, value)
+        return self._core._enqueue(
+            RecordFuture,
+            self._wait_then_enqueue,
+            topic,
+            value,
+            key,
+            headers,
+            partition,
+            timestamp_ms,
+            callback,
         )
-        future: RecordFuture = batch.sinks[-1]
-        if callback is not None:
-            future.add_done_callback(lambda done: run_callback(callback, done._value, done._error))
-        if wake:
-            self._thread.call_soon(core.sender.wakeup)
+
+    def _wait_then_enqueue(self, make_future: MakeFuture, wait: MustWait) -> RecordFuture:
+        # Metadata or memory is missing: wait for it on the loop (bounded by max.block.ms).
+        future: RecordFuture = self._run(self._core._wait_and_enqueue(make_future, wait))
         return future
 
     def flush(self, timeout: float | None = None) -> None:

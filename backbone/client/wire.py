@@ -8,8 +8,9 @@ every records blob, and its Fetch reader builds a dataclass per partition and co
 - `encode_produce_request` (v3-v12) returns the body as chunks: the message's own fields as bytes with
   each partition's record batch passed through untouched, ready for `writelines`.
 - `decode_produce_response` (v3-v12) and `decode_fetch_response` (v4-v12) return light dataclasses; a
-  Fetch partition's records come back as one `bytes` slice of the response, which
-  `backbone.protocol.records.decode_batches` decodes in place.
+  Fetch partition's records come back as a slice of the response buffer, not a copy (a memoryview when
+  the response is one, as the connection hands it over); `backbone.protocol.records.decode_batch` copies
+  it a batch at a time as it decodes, while the copy is hot in the CPU's cache.
 
 Flexible versions (Produce 9+, Fetch 12+) use compact lengths and tagged-field sections; unknown tags are
 skipped as the protocol requires, and Fetch's CurrentLeader tag (1) is read because it tells a consumer
@@ -199,7 +200,8 @@ class FetchedPartition:
     aborted_transactions: list[tuple[int, int]] | None
     """(producer id, first offset) of aborted transactions in the range (read_committed only)."""
     preferred_read_replica: int
-    records: bytes | None
+    records: Buffer | None
+    """A slice of the response buffer: a view keeps the whole response frame alive while it is held."""
     current_leader: tuple[int, int] | None = None
     """(leader id, leader epoch) a broker names with NOT_LEADER/FENCED errors (v12+)."""
 
@@ -213,7 +215,7 @@ class FetchResponseData:
 
 
 def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchResponseData:
-    """A Fetch response body (v4-v12); each partition's records are one `bytes` copy of their section."""
+    """A Fetch response body (v4-v12); each partition's records are a slice of `buf`, not a copy."""
     _check_version(version, FETCH_VERSIONS, "Fetch response")
     reader = _Reader(buf, pos, version >= _FETCH_FIRST_FLEXIBLE)
     try:
@@ -255,7 +257,8 @@ def _decode_fetch_partition(reader: _Reader, version: int) -> FetchedPartition:
         end = reader.pos + size
         if end > len(reader.buf):
             raise MalformedMessage("records run past the end of the Fetch response")
-        records = bytes(reader.buf[reader.pos : end])
+        # No copy: copying up to max.partition.fetch.bytes per partition and answer took ~5% of a consumer.
+        records = reader.buf[reader.pos : end]
         reader.pos = end
     result = FetchedPartition(
         index, error_code, high_watermark, last_stable, log_start, aborted, preferred, records

@@ -4,6 +4,7 @@ Starts a throwaway ZooKeeper and one broker the way the integration tests do (un
 running cluster), creates a one-partition topic, then measures in turn:
 
 - our sync `Producer` (`acks=1`, the given `linger.ms`/`batch.size`): send N records, flush;
+- our `AsyncProducer`, the same way, into a topic of its own (`await send(...)` per record, then flush);
 - our sync `Consumer` and the `AsyncConsumer`: read the N records back from the first offset, looking at
   every record's value (a poll loop that does nothing else);
 - kafka-python's KafkaProducer and KafkaConsumer on the same workload, for comparison (`--no-kafka-python`
@@ -31,7 +32,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from backbone.client import Admin, AsyncConsumer, Consumer, NewTopic, Producer, TopicPartition
+from backbone.client import (
+    Admin,
+    AsyncConsumer,
+    AsyncProducer,
+    Consumer,
+    NewTopic,
+    Producer,
+    TopicPartition,
+)
 
 VALUE_SIZE = 200
 
@@ -90,6 +99,23 @@ def our_producer(
         return sent
 
     return work
+
+
+def our_async_producer(
+    bootstrap: str, topic: str, count: int, linger_ms: int, batch_size: int
+) -> Callable[[float], int]:
+    async def produce(deadline: float) -> int:
+        value = b"v" * VALUE_SIZE
+        sent = 0
+        options = {"acks": 1, "linger.ms": linger_ms, "batch.size": batch_size}
+        async with AsyncProducer(options, bootstrap_servers=bootstrap) as producer:
+            while sent < count and (sent % 1000 or time.perf_counter() < deadline):
+                await producer.send(topic, value)
+                sent += 1
+            await producer.flush(max(deadline - time.perf_counter(), 1.0))
+        return sent
+
+    return lambda deadline: asyncio.run(produce(deadline))
 
 
 def our_consumer(bootstrap: str, topic: str, count: int) -> Callable[[float], int]:
@@ -191,6 +217,12 @@ def main() -> int:
             ),
             ("Consumer (ours, sync)", our_consumer(bootstrap, ours, args.records)),
             ("AsyncConsumer (ours)", our_async_consumer(bootstrap, ours, args.records)),
+            (
+                "AsyncProducer (ours)",
+                our_async_producer(
+                    bootstrap, create_topic(bootstrap), args.records, args.linger_ms, args.batch_size
+                ),
+            ),
         ]
         if not args.no_kafka_python:
             theirs = create_topic(bootstrap)

@@ -2,10 +2,13 @@
 
 Records carry 200-byte JSON-like values (compressible about as much as real tracking events: a random
 session id and counters among repeated field names) and 13-byte keys, in batches capped at 16 KiB and at
-1 MiB uncompressed, the way a producer fills them. Encode counts appending and building; decode takes
-one buffer of back-to-back batches, like a fetch response, with the CRC checked. Each cell is the best
-of `--repeat` runs over `--records` records, timed in CPU seconds of this process (`process_time`) and
-taken in rounds over the whole table, so other work on a shared machine counts as little as possible.
+1 MiB uncompressed, the way a producer fills them. Two more uncompressed workloads show the decoder's
+two paths: null keys (what `client_bench.py` sends; records alike, decoded a run at a time) and values of
+mixed sizes, 120-400 bytes (no two records alike, decoded one at a time). Encode counts appending and
+building; decode takes one buffer of back-to-back batches, like a fetch response, with the CRC checked.
+Each cell is the best of `--repeat` runs over `--records` records, timed in CPU seconds of this process
+(`process_time`) and taken in rounds over the whole table, so other work on a shared machine counts as
+little as possible.
 kio's own record reader/writer (uncompressed only: it has no codecs) is measured alongside.
 
     python ops/bench/records_bench.py [--records 50000] [--repeat 7]
@@ -39,9 +42,13 @@ BATCH_SIZES = {"16 KiB": 16 * 1024, "1 MiB": 1024 * 1024}
 T0 = 1_700_000_000_000
 
 
-def make_rows(count: int) -> list[tuple[bytes, bytes, int]]:
+Row = tuple[bytes | None, bytes, int]
+KEYED, NULL_KEYS, MIXED_SIZES = "keyed", "null keys", "mixed sizes"
+
+
+def make_rows(count: int, shape: str = KEYED) -> list[Row]:
     rng = random.Random(42)
-    rows = []
+    rows: list[Row] = []
     for i in range(count):
         value = b'{"user":%08d,"event":"page_view","page":"/products/%06d","session":"%032x","n":%d}' % (
             rng.randrange(10**8),
@@ -49,11 +56,13 @@ def make_rows(count: int) -> list[tuple[bytes, bytes, int]]:
             rng.getrandbits(128),
             i,
         )
-        rows.append((b"user-%08d" % (i % 100_000), value.ljust(VALUE_SIZE, b" "), T0 + i // 100))
+        size = rng.randrange(120, 400) if shape == MIXED_SIZES else VALUE_SIZE
+        key = None if shape == NULL_KEYS else b"user-%08d" % (i % 100_000)
+        rows.append((key, value.ljust(size, b" "), T0 + i // 100))
     return rows
 
 
-def encode(rows: list[tuple[bytes, bytes, int]], codec: int, max_bytes: int) -> list[bytes]:
+def encode(rows: list[Row], codec: int, max_bytes: int) -> list[bytes]:
     batches = []
     builder = RecordBatchBuilder(codec)
     for key, value, timestamp in rows:
@@ -72,7 +81,7 @@ def decode(data: bytes) -> int:
     return count
 
 
-def kio_encode(rows: list[tuple[bytes, bytes, int]], max_bytes: int) -> list[bytes]:
+def kio_encode(rows: list[Row], max_bytes: int) -> list[bytes]:
     # kio wants whole record objects up front; batch them by the same uncompressed budget.
     per_batch = max(1, max_bytes // (VALUE_SIZE + 30))
     stamp = TZAwareMicros.parse(datetime.datetime.fromtimestamp(T0 / 1000, datetime.UTC))
@@ -110,8 +119,11 @@ def kio_decode(data: bytes) -> int:
 class Cell:
     """One table row: how to encode and decode its records, and the best CPU seconds seen for each."""
 
-    def __init__(self, name: str, label: str, run_encode: Callable[[], object], data: bytes) -> None:
+    def __init__(
+        self, name: str, shape: str, label: str, run_encode: Callable[[], object], data: bytes
+    ) -> None:
         self.name = name
+        self.shape = shape
         self.label = label
         self.run_encode = run_encode
         self.data = data
@@ -125,23 +137,24 @@ def timed(run: Callable[[], object]) -> float:
     return time.process_time() - start
 
 
-def cells(rows: list[tuple[bytes, bytes, int]]) -> list[tuple[Cell, Callable[[bytes], int]]]:
-    n = len(rows)
+def cells(count: int) -> list[tuple[Cell, Callable[[bytes], int]]]:
+    rows = make_rows(count)
+    workloads = [(codec, KEYED, rows) for codec in Codec]
+    workloads += [(Codec.NONE, shape, make_rows(count, shape)) for shape in (NULL_KEYS, MIXED_SIZES)]
     out: list[tuple[Cell, Callable[[bytes], int]]] = []
-    for codec in Codec:
+    for codec, shape, shape_rows in workloads:
         for label, max_bytes in BATCH_SIZES.items():
-            data = b"".join(encode(rows, codec, max_bytes))
-            if decode(data) != n:
-                sys.exit(f"decoded record count mismatch for {codec.name} {label}")
-            run = partial(encode, rows, codec, max_bytes)
-            out.append((Cell(codec.name.lower(), label, run, data), decode))
+            data = b"".join(encode(shape_rows, codec, max_bytes))
+            if decode(data) != count:
+                sys.exit(f"decoded record count mismatch for {codec.name} {shape} {label}")
+            run = partial(encode, shape_rows, codec, max_bytes)
+            out.append((Cell(codec.name.lower(), shape, label, run, data), decode))
     for label, max_bytes in BATCH_SIZES.items():
         data = b"".join(kio_encode(rows, max_bytes))
-        if kio_decode(data) != n or decode(data) != n:
+        if kio_decode(data) != count or decode(data) != count:
             sys.exit(f"kio round trip mismatch for {label}")
-        out.append(
-            (Cell("none (kio.records)", label, partial(kio_encode, rows, max_bytes), data), kio_decode)
-        )
+        run = partial(kio_encode, rows, max_bytes)
+        out.append((Cell("none (kio.records)", KEYED, label, run, data), kio_decode))
     return out
 
 
@@ -152,9 +165,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=50_000, help="records per measurement")
     parser.add_argument("--repeat", type=int, default=7, help="runs per cell; the best counts")
     args = parser.parse_args()
-    rows = make_rows(args.records)
-    n = len(rows)
-    table = cells(rows)
+    n = args.records
+    table = cells(n)
     # Rounds over the whole table rather than repeats of one cell in a row: a burst of other load on
     # the machine then spoils one sample of many cells instead of every sample of one.
     for _ in range(args.repeat):
@@ -166,13 +178,16 @@ def main() -> None:
         f"Python {platform.python_version()} on {platform.machine()}, {n} records, {VALUE_SIZE}-byte values"
     )
     print()
-    print("| codec | batch | encode records/s | decode records/s | bytes/record on the wire |")
-    print("| --- | --- | ---: | ---: | ---: |")
+    print("| codec | records | batch | encode records/s | decode records/s | bytes/record on the wire |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
     for cell, _ in table:
         encode_rate = n / cell.encode_seconds
         decode_rate = n / cell.decode_seconds
         size = len(cell.data) / n
-        print(f"| {cell.name} | {cell.label} | {encode_rate:,.0f} | {decode_rate:,.0f} | {size:.1f} |")
+        print(
+            f"| {cell.name} | {cell.shape} | {cell.label} | {encode_rate:,.0f} | {decode_rate:,.0f} "
+            f"| {size:.1f} |"
+        )
 
 
 if __name__ == "__main__":

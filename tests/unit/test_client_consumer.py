@@ -127,19 +127,25 @@ async def test_offset_lookups(fake: FakeCluster) -> None:
         assert "t" in await c.topics()
 
 
+async def poll_capped(c: AsyncConsumer, cap: int, expected: int) -> list[ConsumerRecord]:
+    """Poll until `expected` records came, checking that no poll returned more than `cap`."""
+    seen: list[ConsumerRecord] = []
+    for _ in range(50):  # bounded
+        polled = await c.poll(timeout_ms=200)
+        assert sum(len(v) for v in polled.values()) <= cap
+        seen.extend(polled.get(TP, []))
+        if len(seen) >= expected:
+            break
+    return seen
+
+
 async def test_max_poll_records_splits_batches_without_losing_records(fake: FakeCluster) -> None:
     for start in range(0, 30, 10):
         fake.append_raw("t", 0, batch(start, 10))
     async with consumer(fake, max_poll_records=4) as c:
         c.assign([TP])
-        seen: list[int] = []
-        for _ in range(50):  # bounded
-            polled = await c.poll(timeout_ms=200)
-            assert sum(len(v) for v in polled.values()) <= 4
-            seen.extend(r.offset for r in polled.get(TP, []))
-            if len(seen) >= 30:
-                break
-        assert seen == list(range(30))
+        seen = await poll_capped(c, 4, 30)
+        assert [r.offset for r in seen] == list(range(30))
         assert await c.position(TP) == 30
 
 
@@ -316,3 +322,42 @@ def test_record_lists_build_consumer_records_on_demand() -> None:
     with pytest.raises(IndexError):
         records[3]
     assert not RecordList("t", 0)
+
+
+def uniform_batch(start: int, count: int, codec: Codec = Codec.NONE) -> bytes:
+    """Records alike save for timestamps (null keys, 200-byte values): the decoder's fast path."""
+    builder = RecordBatchBuilder(codec)
+    for i in range(start, start + count):
+        builder.append(None, b"%-200d" % i, (), timestamp=T0 + i // 7)
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, start)  # the base offset, as the broker stores it
+    return bytes(data)
+
+
+async def test_alike_records_come_back_whole_across_small_polls(fake: FakeCluster) -> None:
+    fake.append_raw("t", 0, uniform_batch(0, 300))
+    fake.append_raw("t", 0, uniform_batch(300, 300, Codec.LZ4))
+    async with consumer(fake, max_poll_records=70) as c:
+        c.assign([TP])
+        seen = await poll_capped(c, 70, 600)
+        assert [(r.offset, r.timestamp, r.key, r.value) for r in seen] == [
+            (i, T0 + i // 7, None, b"%-200d" % i) for i in range(600)
+        ]
+        assert all(type(r.value) is bytes for r in seen)
+        assert await c.position(TP) == 600
+
+
+def test_a_records_section_that_is_a_view_of_the_response() -> None:
+    # The Fetch decoder hands each partition's records over as a view of the response frame, not a copy.
+    f = fetcher()
+    state = PartitionState(position=0, fetch_position=600)
+    f.assignment[TP] = state
+    frame = bytearray(b"response fields" + uniform_batch(0, 300) + uniform_batch(300, 300))
+    view = memoryview(frame).toreadonly()[len(b"response fields") :]
+    starts, next_offset = scan_batches(view)
+    assert next_offset == 600
+    state.buffered.append(CompletedFetch(TP, state.generation, view, None, starts))
+    taken = f.drain(1000)[TP]
+    assert [(r.offset, r.value) for r in taken] == [(i, b"%-200d" % i) for i in range(600)]
+    assert all(type(r.value) is bytes for r in taken)
+    assert state.position == 600

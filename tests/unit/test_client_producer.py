@@ -9,17 +9,20 @@ from typing import Any
 
 import pytest
 
+from backbone.client.accumulator import BufferPool, ProducerBatch, RecordAccumulator
 from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 from backbone.client.partitioner import partition_for_key
-from backbone.client.producer import AsyncProducer
-from backbone.client.structs import RecordMetadata
+from backbone.client.producer import AsyncProducer, AsyncRecordFuture
+from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.api import ApiKey
+from backbone.protocol.compression import Codec
 from backbone.protocol.errors import (
     ErrorCode,
     MessageTooLargeError,
     TopicAuthorizationFailedError,
 )
-from backbone.protocol.record_batch import read_header
+from backbone.protocol.record_batch import check_batch, read_header
+from backbone.protocol.records import RecordBatchBuilder
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = pytest.mark.unit
@@ -243,3 +246,136 @@ async def test_flush_waits_for_every_answer(fake: FakeCluster) -> None:
         await p.flush(timeout=5)
         assert all(f.done() for f in futures)
         assert p.metrics()["batches_waiting"] == 0
+
+
+async def test_sends_waiting_for_memory_go_out_as_it_is_freed(fake: FakeCluster) -> None:
+    # Far more than buffer.memory, and batches that would linger for 10 s: only the sends waiting for
+    # memory make them go, and each waiting send gets its memory once an answer frees some.
+    async with producer(fake, buffer_memory=3000, linger_ms=10_000, max_block_ms=5000) as p:
+        async with asyncio.timeout(10):
+            futures = [await p.send("t", b"%03d" % i + b"x" * 97, partition=0) for i in range(100)]
+        assert sum(f.done() for f in futures) >= 100 - 3000 // 100, "only what fits in memory waits"
+        await p.flush(timeout=10)  # the last batch would linger
+        results = [f.result() for f in futures]
+        assert p.metrics()["buffer_available_bytes"] == 3000, "every reservation was given back"
+    assert [r.offset for r in results] == list(range(100))
+    assert [v[:3] for _, _, v, _ in stored(fake, 0)] == [b"%03d" % i for i in range(100)]
+
+
+# -- record futures -----------------------------------------------------------------------------------
+
+
+async def test_a_record_future_before_and_after_its_batch_completes(fake: FakeCluster) -> None:
+    async with producer(fake, linger_ms=10_000) as p:
+        future = await p.send("t", b"v", partition=1, timestamp_ms=5)
+        assert isinstance(future, AsyncRecordFuture)
+        assert not future.done() and not future.cancelled()
+        with pytest.raises(asyncio.InvalidStateError):
+            future.result()
+        with pytest.raises(asyncio.InvalidStateError):
+            future.exception()
+        seen: list[object] = []
+        future.add_done_callback(seen.append)
+        await p.flush()
+        assert future.done() and future.succeeded() and seen == [future]
+        assert future.result() == await future == RecordMetadata("t", 1, 0, 5)
+        assert future.exception() is None
+        late: list[object] = []
+        future.add_done_callback(late.append)  # added after completion: runs at once
+        assert late == [future]
+
+
+async def test_cancelling_one_waiter_leaves_the_others_and_the_record(fake: FakeCluster) -> None:
+    async with producer(fake, linger_ms=10_000) as p:
+        future = await p.send("t", b"v", partition=0)
+        first = asyncio.ensure_future(_await(future))
+        second = asyncio.ensure_future(_await(future))
+        await asyncio.sleep(0)  # both wait now
+        first.cancel()
+        await p.flush()
+        assert (await second).offset == 0
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert future.result().offset == 0
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"v"]
+
+
+async def _await(future: AsyncRecordFuture) -> RecordMetadata:
+    return await future
+
+
+async def test_a_failed_record_raises_from_await_result_and_exception(fake: FakeCluster) -> None:
+    fake.inject_error(ApiKey.PRODUCE, ErrorCode.topic_authorization_failed, topic="t", partition=0)
+    errors: list[BaseException | None] = []
+    async with producer(fake) as p:
+        future = await p.send("t", b"v", partition=0, callback=lambda md, exc: errors.append(exc))
+        with pytest.raises(TopicAuthorizationFailedError):
+            await future
+        assert future.failed() and isinstance(future.exception(), TopicAuthorizationFailedError)
+        with pytest.raises(TopicAuthorizationFailedError):
+            future.result()
+    assert len(errors) == 1 and isinstance(errors[0], TopicAuthorizationFailedError)
+
+
+# -- batches ------------------------------------------------------------------------------------------
+
+TP = TopicPartition("t", 0)
+
+
+def _accumulator(batch_size: int = 1000) -> RecordAccumulator:
+    return RecordAccumulator(
+        BufferPool(1 << 20),
+        batch_size=batch_size,
+        linger_ms=0,
+        codec=Codec.NONE,
+        compression_level=None,
+        delivery_timeout_ms=1000,
+    )
+
+
+def test_a_completed_batch_keeps_its_metadata_but_not_its_bytes() -> None:
+    acc = _accumulator()
+    with acc.lock:
+        batch = acc.add(TP, None, b"a", (), 100, 50)
+        assert acc.add(TP, b"k", b"b", (), 101, 50) is batch
+    batch.producer_id, batch.producer_epoch, batch.base_sequence = 7, 0, 3
+    header = check_batch(batch.build())
+    assert (header.producer_id, header.base_sequence, header.record_count) == (7, 3, 2)
+    batch.complete(40, -1, None)
+    assert batch.records is None and batch.builder is None, "futures may outlive the batch's bytes"
+    assert batch.record_count == 2 and batch.reserved == 100
+    assert [batch.metadata(i) for i in range(2)] == [
+        RecordMetadata("t", 0, 40, 100),
+        RecordMetadata("t", 0, 41, 101),
+    ]
+
+
+def test_a_renumbered_batch_is_restamped_once() -> None:
+    builder = RecordBatchBuilder()
+    builder.append(None, b"x", timestamp=1)
+    batch = ProducerBatch(TP, builder, 0.0, 1.0)
+    batch.producer_id, batch.producer_epoch, batch.base_sequence = 7, 0, 0
+    first = batch.build()
+    assert batch.build() is first, "a retry with the same fields sends the same bytes"
+    batch.producer_epoch, batch.base_sequence = 1, 0  # an epoch bump renumbered it
+    restamped = batch.build()
+    header = check_batch(restamped)  # raises if the CRC were stale
+    assert (header.producer_epoch, header.base_sequence) == (1, 0)
+    assert batch.build() is restamped, "stamped once, then reused"
+
+
+def test_expiry_finds_stale_batches_behind_live_retries_and_stops_at_the_first_live_fresh_one() -> None:
+    acc = _accumulator(batch_size=100)
+    with acc.lock:
+        fresh = [acc.add(TP, None, b"x" * 80, (), 0, 1) for _ in range(3)]  # one batch each
+    fresh[0].deadline, fresh[1].deadline, fresh[2].deadline = 5.0, 20.0, 8.0  # 8.0: not in creation order
+    retried = ProducerBatch(TP, RecordBatchBuilder(), 0.0, 30.0)
+    retried.attempts, retried.base_sequence = 1, 0
+    acc.reenqueue(retried)
+    assert list(acc.queues[TP]) == [retried, *fresh]
+    expired = acc.expire(10.0)
+    assert expired == [fresh[0]], "fresh batches expire in creation order: the scan ends at a live one"
+    assert all(batch.full for batch in expired)
+    assert list(acc.queues[TP]) == [retried, fresh[1], fresh[2]]
+    retried.deadline = 9.0
+    assert acc.expire(10.0) == [retried]

@@ -13,6 +13,7 @@ from backbone.client import (
     ClientClosedError,
     ConfigError,
     Consumer,
+    KafkaTimeoutError,
     NewTopic,
     Producer,
     RecordMetadata,
@@ -88,6 +89,45 @@ def test_send_blocks_on_a_full_buffer_then_raises(fake: ThreadedFakeCluster) -> 
             for _ in range(50):  # bounded: the buffer fills after a few
                 producer.send("orphan", b"x" * 100)
         producer.close(timeout=0.1)
+
+
+def test_sends_wait_for_memory_then_proceed(fake: ThreadedFakeCluster) -> None:
+    # buffer.memory holds a few records; linger.ms would keep batches for 10 s: the waiting sends must
+    # both make batches go and get the memory their answers free.
+    options = {"buffer.memory": 2000, "linger.ms": 10_000, "max.block.ms": 5000}
+    with Producer(options, bootstrap_servers=fake.bootstrap) as producer:
+        futures = [producer.send("t", b"%03d" % i + b"x" * 97, partition=1) for i in range(60)]
+        assert sum(f.done() for f in futures) >= 60 - 2000 // 100, "only what fits in memory waits"
+        producer.flush(timeout=10)  # the last batch would linger
+        assert [f.get(timeout=0).offset for f in futures] == list(range(60))
+        assert producer.metrics()["buffer_available_bytes"] == 2000
+
+
+def test_record_futures_callbacks_and_errbacks(fake: ThreadedFakeCluster) -> None:
+    fake.call(lambda: fake.cluster.create_topic("orphan", 1, leaders=[9]))
+    calls: list[tuple[str, object]] = []
+    options = {"linger.ms": 1000, "delivery.timeout.ms": 1100, "request.timeout.ms": 100}
+    with Producer(options, bootstrap_servers=fake.bootstrap) as producer:
+        ok = producer.send("t", b"v", partition=0, callback=lambda md, exc: calls.append(("cb", exc)))
+        ok.add_callback(lambda tag, md: calls.append((tag, md.offset)), "ok")
+        ok.add_errback(lambda tag, exc: calls.append((tag, exc)), "not called")
+        with pytest.raises(KafkaTimeoutError, match=r"not acknowledged within 0\.01 s"):
+            ok.get(timeout=0.01)  # lingering: nothing was sent yet
+        producer.flush(timeout=10)
+        assert ok.succeeded() and ok.get(0) == RecordMetadata("t", 0, 0, ok.get(0).timestamp)
+        lost = producer.send("orphan", b"v")
+        lost.add_errback(lambda exc: calls.append(("errback", type(exc).__name__)))
+        assert isinstance(lost.exception(timeout=10), KafkaTimeoutError)
+        assert lost.failed()
+    assert calls == [("cb", None), ("ok", 0), ("errback", "KafkaTimeoutError")]
+
+
+def test_serializers_and_keys_through_the_blocking_send(fake: ThreadedFakeCluster) -> None:
+    options = {"key.serializer": str.encode, "value.serializer": lambda v: repr(v).encode()}
+    with Producer(options, bootstrap_servers=fake.bootstrap) as producer:
+        future = producer.send("t", {"n": 1}, key="user-7", partition=1, timestamp_ms=42)
+        assert future.get(timeout=10) == RecordMetadata("t", 1, 0, 42)
+    assert fake.call(lambda: fake.cluster.values("t", 1)) == [b"{'n': 1}"]
 
 
 def test_admin_blocking(fake: ThreadedFakeCluster) -> None:
