@@ -296,7 +296,13 @@ class Listener:
             ssl=self.ssl_context(),
             reuse_address=True,
             backlog=1024,
+            # Bound now (its port is registered in ZooKeeper), served once the broker is ready.
+            start_serving=False,
         )
+
+    async def start_serving(self) -> None:
+        assert self.server is not None
+        await self.server.start_serving()
         log.info("event=listening listener=%s address=%s:%d", self.name, self.endpoint.host, self.port)
 
     async def stop(self) -> None:

@@ -96,6 +96,9 @@ class Broker(MetadataListener):
         await asyncio.to_thread(self.sync.start)
         self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
         await self._register()
+        # Clients are served only now: an earlier Metadata answer would list no brokers, not even this one.
+        for listener in self.listeners:
+            await listener.start_serving()
         self.controller.start()
         self._tasks = [
             loop.create_task(

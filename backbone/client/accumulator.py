@@ -621,7 +621,7 @@ class RecordAccumulator:
             return now >= batch.retry_at
         return (
             batch.full
-            or now - batch.created >= self.linger
+            or now >= batch.created + self.linger  # the deadline form: no float cancellation at the edge
             or self.flushing > 0
             or self.closing
             or self.pool.has_waiters

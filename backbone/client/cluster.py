@@ -229,8 +229,11 @@ class ClusterClient:
                 await asyncio.sleep(wait)
                 self._check_open()
                 conn = self._connections.get(node_id)
-        if node_id >= 0 and node_id not in self.metadata.brokers:
-            await self.refresh_metadata()  # a broker named by someone else (a config resource, a leader)
+        if (conn is None or conn.is_closed) and node_id >= 0 and node_id not in self.metadata.brokers:
+            # A broker named by someone else (a config resource, a leader) and not connected: its address
+            # comes from fresh metadata. A live connection needs none, and asking here while a refresh runs
+            # (a restarted broker may briefly answer with no brokers) would wait on that refresh itself.
+            await self.refresh_metadata()
         try:
             if conn is None or conn.is_closed:
                 host, port = self._address(node_id)
