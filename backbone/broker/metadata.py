@@ -197,8 +197,15 @@ class MetadataSync:
         if state is None:
             self.cache.states.pop(key, None)
         else:
+            known = self.cache.states.get(key)
+            if known is not None and state.zk_version < known.zk_version:
+                return  # older than what this broker wrote itself and already applied
             self.cache.states[key] = state
         self._notify("on_partition_state", topic, partition)
+
+    def apply_written_state(self, topic: str, partition: int, state: PartitionState) -> None:
+        """A state this broker wrote itself: apply it now rather than when its own watch reports it."""
+        self._state_changed(topic, partition, state)
 
     def _forget_topic(self, topic: str) -> None:
         watch = self._topic_watches.pop(topic, None)

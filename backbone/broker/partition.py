@@ -1,8 +1,14 @@
 """One partition as this broker hosts it: its log, its leadership, idempotent producer state, and the
-waiters of long-polling fetches.
+waiters of long-polling fetches and acks=all produces.
 
 The append path never unpacks records: it validates the batch headers and CRCs (the log room's
 `validate_producer_records`), checks producer sequences against the headers, and appends the bytes.
+
+As leader it tracks where each follower's log ends (from the offsets followers fetch at), moves the high
+watermark to the lowest log end among the in-sync replicas, and asks for ISR changes: a follower that has
+not caught up for `replica.lag.time.max.ms` leaves the ISR, one that reaches the high watermark joins it.
+ISR changes are written to ZooKeeper by the replica manager (one at a time per partition); until a change is
+written, the high watermark counts the larger of the two sets, as Kafka's "maximal ISR" does.
 """
 
 from __future__ import annotations
@@ -10,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backbone.broker.producer_state import ProducerStateManager
 from backbone.log import Log
-from backbone.log.append import validate_producer_records
+from backbone.log.append import AppendInfo, check_batches, validate_producer_records
 from backbone.protocol.errors import (
     InvalidRecordError,
+    NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
@@ -33,8 +41,35 @@ class AppendResult:
     duplicate: bool = False
 
 
+# A follower the controller keeps taking out of the ISR (it finds the broker dead while this leader still
+# hears from it) is added back at most this often, not in a tight loop of ZooKeeper writes.
+EXPANSION_DAMPING_S = 1.0
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from its fetches (times are time.monotonic())."""
+
+    log_end_offset: int = -1  # unknown until its first fetch in this leader epoch
+    last_caught_up: float = 0.0
+    last_fetch: float = 0.0
+    leader_end_at_last_fetch: int = -1
+
+
+IsrRequest = Callable[["Partition", tuple[int, ...]], None]
+
+
 class Partition:
-    def __init__(self, log_: Log, broker_id: int, producer_expiration_ms: int) -> None:
+    def __init__(
+        self,
+        log_: Log,
+        broker_id: int,
+        producer_expiration_ms: int,
+        *,
+        replica_lag_time_max_ms: int = 30000,
+        request_isr_change: IsrRequest | None = None,
+        may_join_isr: Callable[[int], bool] = lambda replica: True,
+    ) -> None:
         self.log = log_
         self.topic = log_.topic
         self.index = log_.partition
@@ -43,6 +78,13 @@ class Partition:
         self.leader_epoch = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self.followers: dict[int, FollowerState] = {}
+        self.pending_isr: tuple[int, ...] | None = None
+        self.epoch_start_offset = 0  # the log end offset when this broker became leader
+        self._last_expansion: dict[int, float] = {}
+        self.replica_lag_time_max_s = replica_lag_time_max_ms / 1000
+        self._request_isr_change = request_isr_change
+        self._may_join_isr = may_join_isr
         self.producer_state = ProducerStateManager(log_.directory, producer_expiration_ms)
         self._waiters: list[asyncio.Future[None]] = []
         self._load_producer_state()
@@ -65,13 +107,24 @@ class Partition:
     ) -> None:
         """Take the leadership and ISR the controller decided (idempotent for an unchanged state)."""
         was_leader = self.is_leader
+        new_epoch = leader_epoch != self.leader_epoch
         self.leader_id, self.isr, self.replicas = leader, isr, replicas
-        if leader_epoch != self.leader_epoch:
-            self.leader_epoch = leader_epoch
-            if self.is_leader:
-                self.log.assign_epoch(leader_epoch)
+        self.leader_epoch = leader_epoch
+        if self.pending_isr is not None and (new_epoch or self.pending_isr == isr):
+            self.pending_isr = None
         if self.is_leader:
+            if new_epoch or not was_leader:
+                self.log.assign_epoch(leader_epoch)
+                self.epoch_start_offset = self.log.log_end_offset
+                self._reset_followers()
+            for replica in replicas:
+                if replica != self.broker_id and replica not in self.followers:
+                    self.followers[replica] = FollowerState(last_caught_up=time.monotonic())
+            for replica in [r for r in self.followers if r not in replicas]:
+                del self.followers[replica]  # reassigned away
             self._advance_high_watermark()
+        else:
+            self.followers.clear()
         if was_leader != self.is_leader:
             log.info(
                 "event=leadership_changed partition=%s-%d leader=%d epoch=%d",
@@ -82,10 +135,98 @@ class Partition:
             )
         self.wake_waiters()
 
-    def _advance_high_watermark(self) -> None:
-        # With this broker the only in-sync replica, everything appended is committed.
-        if self.isr == (self.broker_id,) or not self.isr:
-            self.log.high_watermark = self.log.log_end_offset
+    def _reset_followers(self) -> None:
+        # A new leader counts every in-sync follower as caught up now: it gets a full lag time to fetch.
+        now = time.monotonic()
+        self.followers = {r: FollowerState(last_caught_up=now) for r in self.replicas if r != self.broker_id}
+
+    def _advance_high_watermark(self) -> bool:
+        """Move the high watermark to the lowest log end among the in-sync replicas; True when it moved."""
+        high_watermark = self.log.log_end_offset
+        for replica in self.maximal_isr():
+            if replica != self.broker_id:
+                follower = self.followers.get(replica)
+                high_watermark = min(high_watermark, -1 if follower is None else follower.log_end_offset)
+        if high_watermark <= self.log.high_watermark:
+            return False
+        self.log.high_watermark = high_watermark
+        return True
+
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR, or while a change is being written, the larger of the old and the new one."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
+
+    # -- followers (leader side) ----------------------------------------------------------------------
+
+    def update_follower(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched from `fetch_offset`: everything below it is on its log."""
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} is not a replica of {self.topic}-{self.index} "
+                f"(replicas: {list(self.replicas)})"
+            )
+        now = time.monotonic()
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up = now
+        elif fetch_offset >= follower.leader_end_at_last_fetch >= 0:
+            # It has everything the leader had at its previous fetch: it was caught up then.
+            follower.last_caught_up = max(follower.last_caught_up, follower.last_fetch)
+        follower.log_end_offset = fetch_offset
+        follower.last_fetch = now
+        follower.leader_end_at_last_fetch = leader_end
+        if replica_id not in self.isr:
+            self._maybe_expand_isr(replica_id, fetch_offset)
+        if self._advance_high_watermark():
+            self.wake_waiters()
+
+    def _maybe_expand_isr(self, replica_id: int, fetch_offset: int) -> None:
+        # It must hold everything committed and everything up to this leader's epoch, so it never joins with
+        # a history that diverges from this leader's.
+        if fetch_offset < self.high_watermark or fetch_offset < self.epoch_start_offset:
+            return
+        if not self._may_join_isr(replica_id):
+            return  # the controller would take it out again (KIP-841): dead, unregistered or shutting down
+        now = time.monotonic()
+        if now - self._last_expansion.get(replica_id, 0.0) < EXPANSION_DAMPING_S:
+            return
+        self._last_expansion[replica_id] = now
+        self._ask_isr_change((*self.isr, replica_id))
+
+    def shrink_isr_if_lagging(self) -> None:
+        """Drop followers that have not caught up for replica.lag.time.max.ms (leader only)."""
+        if not self.is_leader:
+            return
+        deadline = time.monotonic() - self.replica_lag_time_max_s
+        lagging = [
+            r
+            for r in self.isr
+            if r != self.broker_id
+            and (r not in self.followers or self.followers[r].last_caught_up < deadline)
+        ]
+        if lagging:
+            log.info(
+                "event=follower_lagging partition=%s-%d replicas=%s high_watermark=%d log_end_offset=%d",
+                self.topic,
+                self.index,
+                lagging,
+                self.high_watermark,
+                self.log.log_end_offset,
+            )
+            self._ask_isr_change(tuple(r for r in self.isr if r not in lagging))
+
+    def _ask_isr_change(self, new_isr: tuple[int, ...]) -> None:
+        if self.pending_isr is not None or self._request_isr_change is None or new_isr == self.isr:
+            return
+        self.pending_isr = new_isr
+        self._request_isr_change(self, new_isr)
+
+    def isr_change_failed(self) -> None:
+        """The ISR write did not happen (a conflict or ZooKeeper trouble): a later fetch or check retries."""
+        self.pending_isr = None
 
     # -- append ---------------------------------------------------------------------------------------
 
@@ -122,10 +263,30 @@ class Partition:
         self.wake_waiters()
         return AppendResult(info.first_offset, info.log_append_time, self.log.log_start_offset)
 
-    async def wait_committed(self, offset: int, timeout_ms: int) -> None:
-        """Wait until `offset` is below the high watermark (every in-sync replica has it)."""
+    def append_as_follower(self, records: memoryview) -> AppendInfo:
+        """Append the leader's batches as they are, and keep producer state as the leader does."""
+        batches = check_batches(records)
+        info = self.log.append_as_follower(records, checked=batches)
+        for _, header in batches:
+            if header.producer_id != NO_PRODUCER_ID:
+                self.producer_state.update(header, header.base_offset, header.max_timestamp)
+        return info
+
+    async def wait_committed(self, offset: int, timeout_ms: int, min_insync_replicas: int = 1) -> None:
+        """Wait until `offset` is below the high watermark (every in-sync replica has it).
+
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND when it got committed by fewer in-sync replicas than required (the
+        ISR shrank while waiting).
+        """
         deadline = time.monotonic() + timeout_ms / 1000
-        while self.high_watermark <= offset:
+        while True:
+            if self.high_watermark > offset:
+                if len(self.isr) < min_insync_replicas:
+                    raise NotEnoughReplicasAfterAppendError(
+                        f"{self.topic}-{self.index}: offset {offset} is committed by {len(self.isr)} in-sync "
+                        f"replicas, fewer than min.insync.replicas={min_insync_replicas}"
+                    )
+                return
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(
                     f"{self.topic}-{self.index} lost leadership while waiting for acks"
@@ -186,8 +347,15 @@ class Partition:
         self.producer_state.expire(int(time.time() * 1000))
 
     def truncate_to(self, offset: int) -> None:
+        """Drop everything at and above `offset` (a follower whose history diverged from its leader's)."""
         self.log.truncate_to(offset)
         self.producer_state.truncate_to(offset)
+        self._load_producer_state()
+
+    def restart_log_at(self, offset: int) -> None:
+        """Empty the log and start it at `offset` (a follower behind its leader's log start)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.producer_state.truncate_to(0)
         self._load_producer_state()
 
     def close(self) -> None:

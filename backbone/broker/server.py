@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 from backbone.broker.config import BrokerConfig
 from backbone.broker.controller import Controller
 from backbone.broker.handlers import register_all
+from backbone.broker.liveness import Liveness
 from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
+from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
 from backbone.coordination import (
     BrokerAlreadyRegisteredError,
@@ -29,6 +31,7 @@ from backbone.coordination import (
     ClusterStore,
     ConfigChange,
     EndPoint,
+    PartitionState,
     Watch,
 )
 from backbone.log import LogManager
@@ -62,8 +65,27 @@ class Broker(MetadataListener):
             self.log_manager,
             self.cache,
             producer_expiration_ms=config["producer.id.expiration.ms"],
+            replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
+            fetcher_settings=FetcherSettings(
+                broker_id=self.broker_id,
+                listener=config.inter_broker_listener,
+                wait_max_ms=config["replica.fetch.wait.max.ms"],
+                min_bytes=config["replica.fetch.min.bytes"],
+                max_bytes=config["replica.fetch.response.max.bytes"],
+                partition_max_bytes=config["replica.fetch.max.bytes"],
+                backoff_ms=config["replica.fetch.backoff.ms"],
+                socket_timeout_ms=config["replica.socket.timeout.ms"],
+            ),
         )
         self.controller = Controller(self)
+        self.liveness = Liveness(
+            self.broker_id,
+            lambda node: self.cache.endpoint(node, config.inter_broker_listener),
+            self._liveness_changed,
+            interval_ms=config["broker.liveness.probe.interval.ms"],
+            timeout_ms=config["broker.liveness.timeout.ms"],
+        )
+        self._shutdown_watch: Watch | None = None
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -71,6 +93,11 @@ class Broker(MetadataListener):
         self.metadata_generation = 0
         self.stopped = asyncio.Event()
         register_all(self)
+
+    async def _write_partition_state(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> int:
+        return await self.zk(self.store.set_partition_state, topic, partition, state, expected_version)
 
     async def zk(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking ZooKeeper call off the event loop."""
@@ -93,9 +120,16 @@ class Broker(MetadataListener):
             self.listeners.append(listener)
         self.sync = MetadataSync(self.store, self.cache, loop)
         self.sync.listeners = [self, self.replicas, self.controller]
+        self.replicas.write_state = self._write_partition_state
+        self.replicas.may_join_isr = self._may_join_isr
+        self.replicas.apply_written_state = self.sync.apply_written_state
         await asyncio.to_thread(self.sync.start)
         self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
         await self._register()
+        await self._clear_predecessor_state()
+        self._shutdown_watch = await self.zk(
+            self.store.watch_controlled_shutdowns, self._shutdowns_threadsafe
+        )
         # Clients are served only now: an earlier Metadata answer would list no brokers, not even this one.
         for listener in self.listeners:
             await listener.start_serving()
@@ -105,6 +139,8 @@ class Broker(MetadataListener):
                 self._every(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
             ),
             loop.create_task(self._every(1.0, self._flush)),
+            # Checked at half the lag time so a follower leaves the ISR within 1.5x replica.lag.time.max.ms.
+            loop.create_task(self._every(self.config["replica.lag.time.max.ms"] / 2000, self._check_isr_lag)),
             loop.create_task(self._every(PRODUCER_SNAPSHOT_INTERVAL_S, self._producer_housekeeping)),
         ]
         log.info(
@@ -116,13 +152,20 @@ class Broker(MetadataListener):
         )
 
     async def _register(self) -> None:
-        """Register in ZooKeeper; after a crash, wait for the dead process's session to expire first."""
+        """Register in ZooKeeper; after a crash, take over the dead process's registration (same endpoints)
+        or wait for its session to expire."""
         timeout_s = self.config["zookeeper.session.timeout.ms"] / 1000 * 2 + 5
         deadline = time.monotonic() + timeout_s
         warned = False
         while True:
             try:
                 await self.zk(self.store.register_broker, self._registration())
+                return
+            except BrokerAlreadyRegisteredError:
+                pass
+            try:
+                # Our listeners are bound: a registration advertising the same addresses is a dead process's.
+                await self.zk(self.store.replace_stale_registration, self._registration())
                 return
             except BrokerAlreadyRegisteredError:
                 if time.monotonic() >= deadline:
@@ -145,25 +188,41 @@ class Broker(MetadataListener):
         )
         return BrokerRegistration(self.broker_id, endpoints, rack=self.config["broker.rack"])
 
+    async def _clear_predecessor_state(self) -> None:
+        """A crashed predecessor of this broker (same id, same log dirs, which we now hold) may have left a
+        controller node or a controlled-shutdown request behind, live until its session expires."""
+        await self.zk(self.store.clear_controlled_shutdown, self.broker_id)
+        if self.cache.controller_id == self.broker_id and not self.controller.active:
+            await self.zk(self.store.remove_controller, self.broker_id)
+
     async def stop(self) -> None:
         log.info("event=broker_stopping broker_id=%d", self.broker_id)
+        if self.config["controlled.shutdown.enable"] and self.store.registered_broker is not None:
+            await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.liveness.stop()
+        if self._shutdown_watch is not None:
+            self._shutdown_watch.cancel()
         if await self.controller.stop():
             await self._bounded_zk("resign as controller", self.store.resign_controller)
+        log.debug("event=shutdown_step step=listeners")
         for listener in self.listeners:
             await listener.stop()
         if self._config_watch is not None:
             self._config_watch.cancel()
         if self.sync is not None:
             self.sync.close()
+        log.debug("event=shutdown_step step=replication")
+        await self.replicas.stop_replication()
         for partition in self.replicas.partitions.values():
             partition.wake_waiters()  # long-polls answer now, on the loop, before storage closes
         await self._bounded_zk("unregister", self.store.unregister_broker)
         # Storage closes cleanly whatever ZooKeeper does: snapshots, clean-shutdown markers.
+        log.debug("event=shutdown_step step=storage")
         await asyncio.to_thread(self.replicas.shutdown)
         await asyncio.to_thread(self.log_manager.shutdown)
         # Closing the session also ends any ZooKeeper call still retrying above.
@@ -178,10 +237,76 @@ class Broker(MetadataListener):
         except (TimeoutError, KafkaError) as exc:
             log.warning("event=shutdown_step_skipped step=%r error=%r", what, str(exc) or "timed out")
 
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership off this broker, and wait (bounded) until it has."""
+        started = time.monotonic()
+        config = self.config
+        patience_s = (config["controlled.shutdown.max.retries"] + 1) * config[
+            "controlled.shutdown.retry.backoff.ms"
+        ]
+        deadline = started + patience_s / 1000
+        try:
+            await asyncio.wait_for(
+                self.zk(self.store.announce_controlled_shutdown, self.broker_id), SHUTDOWN_ZK_TIMEOUT_S
+            )
+        except (TimeoutError, KafkaError) as exc:
+            log.warning("event=controlled_shutdown_skipped error=%r", str(exc) or "timed out")
+            return
+        while (movable := self._movable_leaderships()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        log.info(
+            "event=controlled_shutdown broker_id=%d seconds=%.2f still_leading=%d",
+            self.broker_id,
+            time.monotonic() - started,
+            len(movable),
+        )
+
+    def _movable_leaderships(self) -> list[tuple[str, int]]:
+        """Partitions this broker leads that another live in-sync replica could lead instead."""
+        others = set(self.cache.brokers) - self.liveness.unreachable - {self.broker_id}
+        return [
+            key
+            for key, partition in self.replicas.partitions.items()
+            if partition.is_leader and any(r in others for r in partition.isr)
+        ]
+
     # -- metadata events ------------------------------------------------------------------------------
 
     def on_brokers_changed(self, previous: set[int], current: set[int]) -> None:
         self.metadata_generation += 1
+        self.liveness.track({b: r.epoch for b, r in self.cache.brokers.items()})
+
+    def _may_join_isr(self, broker_id: int) -> bool:
+        """As the controller judges (KIP-841): registered, reachable and not in controlled shutdown."""
+        return (
+            broker_id in self.cache.brokers
+            and broker_id not in self.liveness.unreachable
+            and broker_id not in self.controller.shutting_down
+        )
+
+    def _liveness_changed(self, broker_id: int, reachable: bool) -> None:
+        self.metadata_generation += 1  # offline replicas in Metadata answers change
+        self.controller.mark_dirty()
+        if not reachable and broker_id == self.cache.controller_id:
+            # Elect a new controller now rather than when the dead one's session expires.
+            asyncio.get_running_loop().create_task(self._remove_dead_controller(broker_id))
+
+    async def _remove_dead_controller(self, broker_id: int) -> None:
+        try:
+            await self.zk(self.store.remove_controller, broker_id)
+        except KafkaError as exc:
+            log.warning("event=controller_removal_failed controller=%d error=%r", broker_id, str(exc))
+
+    def _shutdowns_threadsafe(self, brokers: set[int]) -> None:
+        loop = self.sync.loop if self.sync is not None else None
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._shutdowns_changed, brokers)
+
+    def _shutdowns_changed(self, brokers: set[int]) -> None:
+        if brokers != self.controller.shutting_down:
+            log.info("event=controlled_shutdowns brokers=%s", sorted(brokers))
+        self.controller.shutting_down = set(brokers)
+        self.controller.mark_dirty()
 
     def on_partition_state(self, topic: str, partition: int) -> None:
         self.metadata_generation += 1
@@ -228,6 +353,9 @@ class Broker(MetadataListener):
 
     async def _flush(self) -> None:
         await asyncio.to_thread(self.log_manager.run_flush)
+
+    async def _check_isr_lag(self) -> None:
+        self.replicas.check_isr_lag()
 
     async def _producer_housekeeping(self) -> None:
         self.replicas.expire_producers()

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=",".join(topology.DEFAULT_CLUSTERS),
         help="comma-separated cluster names (default dc1,dc2,aggregate)",
     )
-    up.add_argument("--brokers", type=int, default=1, help="brokers per cluster (default 1)")
+    up.add_argument("--brokers", type=int, default=3, help="brokers per cluster (default 3)")
     up.set_defaults(handler=run_up)
 
     down = actions.add_parser("down", help="stop everything `dev up` started")

@@ -16,10 +16,11 @@ from backbone.cli.connect import (
     parse_assignments,
     reports_failures,
 )
+from backbone.cli.reassign import register_action as register_reassign
 from backbone.protocol.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
-    from backbone.client import Admin, TopicDescription, TopicPartition
+    from backbone.client import Admin, PartitionInfo, TopicDescription, TopicPartition
 
 # DescribeConfigs' config_source for a value set on the topic itself: what `describe` lists as the topic's
 # configs, as kafka-topics.sh does (everything else is a broker or built-in default).
@@ -51,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     describe.add_argument("names", nargs="*", metavar="NAME", help="topics to describe (default: all)")
     describe.set_defaults(handler=describe_topics)
+
+    register_reassign(actions, common)
 
     alter = actions.add_parser("alter", parents=common, help="change a topic's configs or add partitions")
     alter.add_argument("name", metavar="NAME")
@@ -158,10 +161,17 @@ def describe_topics(args: argparse.Namespace) -> int:
             low, high = watermarks.get(TopicPartition(name, p.partition), ("?", "?"))
             print(
                 f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else _NONE}\t"
+                f"PreferredLeader: {_preferred(p)}\t"
                 f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tOffline: {_ids(p.offline_replicas)}\t"
                 f"LowWatermark: {low}\tHighWatermark: {high}"
             )
     return 0
+
+
+def _preferred(partition: PartitionInfo) -> str:
+    """Whether the first replica leads: after a failover it does not until a preferred election
+    (`backbone leaders elect`, or the controller's automatic rebalance) gives leadership back."""
+    return "yes" if partition.replicas and partition.leader == partition.replicas[0] else "no"
 
 
 def _ids(nodes: Iterable[int]) -> str:

@@ -2,6 +2,7 @@
 
 from backbone.client.accumulator import RecordFuture
 from backbone.client.admin import AsyncAdmin
+from backbone.client.admin_replicas import PartitionReassignment, ReplicaInfo
 from backbone.client.admin_types import (
     ClusterDescription,
     ConfigEntry,
@@ -60,10 +61,12 @@ __all__ = [
     "OffsetAndTimestamp",
     "OffsetSpec",
     "PartitionInfo",
+    "PartitionReassignment",
     "Producer",
     "RecordFuture",
     "RecordList",
     "RecordMetadata",
+    "ReplicaInfo",
     "TimestampType",
     "TopicDescription",
     "TopicPartition",

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from backbone.client.admin_replicas import ReplicaAdminMixin
 from backbone.client.admin_types import (
     ClusterDescription,
     ConfigEntry,
@@ -71,7 +72,7 @@ def _raise_failures(results: dict[K, V], errors: dict[K, KafkaError]) -> dict[K,
     raise first
 
 
-class AsyncAdmin:
+class AsyncAdmin(ReplicaAdminMixin):
     """Administers a cluster from asyncio code. Configure with Kafka admin property names."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -109,12 +110,9 @@ class AsyncAdmin:
             try:
                 async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                     return await attempt()
-            except TimeoutError:
-                raise KafkaTimeoutError(
-                    f"{what} did not finish within {timeout_ms} ms (default.api.timeout.ms); the cluster may "
-                    "be overloaded or a broker unreachable"
-                ) from None
             except (KafkaClientError, KafkaError) as error:
+                # First: a request one broker did not answer in time (KafkaTimeoutError is a TimeoutError
+                # too) is retried, possibly elsewhere; only the whole operation's deadline ends it.
                 if not _worth_retrying(error):
                     raise
                 failures += 1
@@ -125,6 +123,11 @@ class AsyncAdmin:
                 if time.monotonic() + delay / 1000 >= deadline:
                     raise
                 await asyncio.sleep(delay / 1000)
+            except TimeoutError:
+                raise KafkaTimeoutError(
+                    f"{what} did not finish within {timeout_ms} ms (default.api.timeout.ms); the cluster may "
+                    "be overloaded or a broker unreachable"
+                ) from None
 
     async def _controller_request(self, api_key: int, encode: Any) -> Any:
         metadata = await self.cluster.refresh_metadata()

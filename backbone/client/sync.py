@@ -258,3 +258,7 @@ class Admin(_Facade):
     describe_cluster = _blocking("describe_cluster", AsyncAdmin)
     delete_records = _blocking("delete_records", AsyncAdmin)
     list_offsets = _blocking("list_offsets", AsyncAdmin)
+    elect_leaders = _blocking("elect_leaders", AsyncAdmin)
+    alter_partition_reassignments = _blocking("alter_partition_reassignments", AsyncAdmin)
+    list_partition_reassignments = _blocking("list_partition_reassignments", AsyncAdmin)
+    describe_log_dirs = _blocking("describe_log_dirs", AsyncAdmin)

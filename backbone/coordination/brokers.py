@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -116,6 +117,31 @@ class BrokerOps(StoreSession):
             registered.rack,
         )
         return registered
+
+    @translate_errors("replace a stale broker registration")
+    def replace_stale_registration(self, registration: BrokerRegistration) -> BrokerRegistration:
+        """Take over /brokers/ids/<id> from a dead process whose session has not expired yet.
+
+        Only when the node advertises exactly our endpoints: the caller has bound those very addresses, so
+        nothing alive listens there any more (a crashed predecessor of this broker). Without this, a broker
+        restarted after kill -9 waits a whole session timeout. Raises BrokerAlreadyRegisteredError otherwise.
+        """
+        path = paths.broker_path(registration.broker_id)
+        found = self._get_or_none(path)
+        if found is not None:
+            existing = BrokerRegistration.decode(registration.broker_id, found[0])
+            if found[1].ephemeralOwner == self.session_id or existing.endpoints != registration.endpoints:
+                raise BrokerAlreadyRegisteredError(registration.broker_id)
+            try:
+                self._client.delete(path, version=found[1].version)
+            except (NoNodeError, BadVersionError):
+                log.debug("stale broker node changed meanwhile broker_id=%d", registration.broker_id)
+            log.warning(
+                "replaced the stale registration of a dead process broker_id=%d old_epoch=%d",
+                registration.broker_id,
+                found[1].czxid,
+            )
+        return self.register_broker(registration)
 
     def _create_registration(self, registration: BrokerRegistration) -> BrokerRegistration:
         path = paths.broker_path(registration.broker_id)
@@ -256,6 +282,52 @@ class BrokerOps(StoreSession):
                 continue  # the epoch moved under us; read it again
             raise error
         raise CoordinationError(f"controller election kept losing races {MAX_RACES} times; retry later")
+
+    @translate_errors("remove a dead controller")
+    def remove_controller(self, broker_id: int) -> bool:
+        """Delete /controller if it still names `broker_id`: its process is known dead (its listener refuses
+        connections, or it is this broker's own crashed predecessor), so nobody need wait for its session to
+        expire. Safe: a controller that was in fact alive loses /controller, and the controller epoch bumped
+        by the next election fences its writes. Returns whether the node was deleted."""
+        found = self._get_or_none(paths.CONTROLLER)
+        if found is None or ControllerInfo.decode(found[0]).broker_id != broker_id:
+            return False
+        if found[1].ephemeralOwner == self.session_id:
+            return False  # this session is the controller: resign_controller is the way out
+        try:
+            self._client.delete(paths.CONTROLLER, version=found[1].version)
+        except (NoNodeError, BadVersionError):
+            return False
+        log.warning("removed the controller node of an unreachable broker broker_id=%d", broker_id)
+        return True
+
+    # -- controlled shutdown -----------------------------------------------------------------------
+
+    @translate_errors("announce a controlled shutdown")
+    def announce_controlled_shutdown(self, broker_id: int) -> None:
+        """Ask the controller to move leadership off `broker_id` (an ephemeral node of this session)."""
+        path = paths.controlled_shutdown_path(broker_id)
+        self._client.ensure_path(paths.CONTROLLED_SHUTDOWN)
+        try:
+            self._client.create(path, b"", ephemeral=True)
+        except NodeExistsError:
+            log.debug("controlled shutdown already announced broker_id=%d", broker_id)
+
+    @translate_errors("clear a controlled shutdown")
+    def clear_controlled_shutdown(self, broker_id: int) -> None:
+        """Remove a controlled-shutdown announcement (a crashed predecessor's, at start-up)."""
+        with contextlib.suppress(NoNodeError):
+            self._client.delete(paths.controlled_shutdown_path(broker_id))
+
+    @translate_errors("watch controlled shutdowns")
+    def watch_controlled_shutdowns(self, callback: Callable[[set[int]], None]) -> Watch:
+        """Call `callback(ids of brokers in controlled shutdown)` now and on every change."""
+        self._client.ensure_path(paths.CONTROLLED_SHUTDOWN)
+        return self._watch_children(
+            paths.CONTROLLED_SHUTDOWN,
+            lambda names: callback({int(n) for n in names if n.isdigit()}),
+            "controlled shutdowns",
+        )
 
     @translate_errors("increment the controller epoch")
     def increment_controller_epoch(self, expected_zk_version: int) -> ControllerEpoch:

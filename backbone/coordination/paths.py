@@ -24,6 +24,8 @@ ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+# Ours, not Kafka's (whose brokers ask by RPC): an ephemeral child per broker in controlled shutdown.
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 CLUSTER = "/cluster"
@@ -120,6 +122,10 @@ def broker_path(broker_id: int) -> str:
 
 
 # -- topics and partitions ------------------------------------------------------------------------
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return _child(CONTROLLED_SHUTDOWN, str(int(broker_id)))
 
 
 def topic_path(topic: str) -> str:

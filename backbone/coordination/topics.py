@@ -61,6 +61,13 @@ def _initial_state(replicas: Sequence[int], live: set[int], controller_epoch: in
     )
 
 
+def _replaced_controller(controller_epoch_version: int) -> NotControllerError:
+    return NotControllerError(
+        f"{paths.CONTROLLER_EPOCH} is no longer at version {controller_epoch_version}: "
+        "another controller was elected"
+    )
+
+
 class TopicOps(BrokerOps):
     """Topic assignments, partition states and topic deletion."""
 
@@ -108,6 +115,43 @@ class TopicOps(BrokerOps):
             callback(TopicAssignment.decode(topic, data) if stat is not None else None)
 
         return self._watch_data(paths.topic_path(topic), on_change, f"topic {topic}")
+
+    @translate_errors("update a topic's assignment")
+    def update_topic_assignment(
+        self,
+        topic: str,
+        change: Callable[[TopicAssignment], TopicAssignment],
+        *,
+        controller_epoch_version: int | None = None,
+    ) -> TopicAssignment:
+        """Read the assignment, apply `change`, write it back if nobody wrote meanwhile (else again).
+
+        A change that returns the assignment as it was writes nothing. With `controller_epoch_version` the
+        write also requires /controller_epoch at that version, so a replaced controller cannot change
+        assignments (NotControllerError).
+        """
+        path = paths.topic_path(topic)
+        for _ in range(MAX_RACES):
+            assignment, version = self._read_topic(topic)
+            updated = change(assignment)
+            if updated == assignment:
+                return assignment
+            transaction = self._client.transaction()
+            if controller_epoch_version is not None:
+                transaction.check(paths.CONTROLLER_EPOCH, controller_epoch_version)
+            transaction.set_data(path, updated.encode(), version=version)
+            failure = transaction_failure(transaction.commit())
+            if failure is None:
+                return updated
+            index, error = failure
+            if controller_epoch_version is not None and index == 0:
+                raise _replaced_controller(controller_epoch_version) from error
+            if isinstance(error, BadVersionError):
+                continue
+            if isinstance(error, NoNodeError):
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from error
+            raise error
+        raise CoordinationError(f"the assignment of {topic!r} kept changing under us; retry later")
 
     # -- creating --------------------------------------------------------------------------------
 
@@ -397,10 +441,7 @@ class TopicOps(BrokerOps):
             return int(results[-1].version)
         index, error = failure
         if controller_epoch_version is not None and index == 0:
-            raise NotControllerError(
-                f"{paths.CONTROLLER_EPOCH} is no longer at version {controller_epoch_version}: "
-                "another controller was elected"
-            ) from error
+            raise _replaced_controller(controller_epoch_version) from error
         if isinstance(error, BadVersionError):
             raise VersionConflictError(path, expected_version) from error
         if isinstance(error, NoNodeError):

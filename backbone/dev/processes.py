@@ -48,7 +48,18 @@ class BrokerProcess:
         self.properties.update({k: str(v) for k, v in (properties or {}).items()})
         self.config_file = self.directory / f"broker-{broker_id}.properties"
         self.output_file = self.directory / f"broker-{broker_id}.out"
-        self.command = [python, "-m", "backbone", "broker", "start", "--config", str(self.config_file)]
+        # Servers log their events (leader changes, ISR changes, truncation) at INFO, as Kafka does.
+        self.command = [
+            python,
+            "-m",
+            "backbone",
+            "--log-level",
+            "INFO",
+            "broker",
+            "start",
+            "--config",
+            str(self.config_file),
+        ]
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -85,7 +85,7 @@ class DevTopology:
 def up(
     directory: Path = DEFAULT_DIR,
     clusters: tuple[str, ...] = DEFAULT_CLUSTERS,
-    brokers: int = 1,
+    brokers: int = 3,
     progress: Callable[[str], None] = print,
 ) -> DevTopology:
     directory = directory.resolve()
@@ -119,40 +119,74 @@ def up(
         "clusters": {},
     }
     topology = DevTopology(directory, data)
-    for index, name in enumerate(clusters):
-        connect = f"{zookeeper.connect_string}/{name}"
-        members = []
-        for broker_number in range(brokers):
-            broker_id = broker_number + 1
-            port = pick_port(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number, taken)
-            process = BrokerProcess(
-                broker_id,
-                connect,
-                directory / name / f"broker-{broker_id}",
-                port=port,
-                properties={"cluster.name": name},
+    started: list[BrokerProcess] = []
+    try:
+        for index, name in enumerate(clusters):
+            data["clusters"][name] = _start_cluster(
+                directory, name, index, brokers, zookeeper.connect_string, taken, started, progress
             )
-            progress(f"starting {name} broker {broker_id} on {process.bootstrap}")
-            process.start(timeout=60, detach=True)
-            members.append(
-                {
-                    "id": broker_id,
-                    "host": HOST,
-                    "port": port,
-                    "pid": process.pid,
-                    "start": process.command,
-                    "marker": str(process.config_file),
-                    "output": str(process.output_file),
-                }
-            )
-        data["clusters"][name] = {
-            "bootstrap": ",".join(f"{m['host']}:{m['port']}" for m in members),
-            "zookeeper": connect,
-            "brokers": members,
-        }
-        topology.save()
+            topology.save()
+    except BaseException:
+        # Leave nothing running behind a failed start: the user would have no topology.json to stop it with.
+        for process in started:
+            process.stop(timeout=15)
+        zookeeper.stop()
+        raise
     topology.save()
     return topology
+
+
+def _start_cluster(
+    directory: Path,
+    name: str,
+    index: int,
+    brokers: int,
+    zookeeper_connect: str,
+    taken: set[int],
+    started: list[BrokerProcess],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    connect = f"{zookeeper_connect}/{name}"
+    members = []
+    for broker_number in range(brokers):
+        broker_id = broker_number + 1
+        port = pick_port(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number, taken)
+        process = BrokerProcess(
+            broker_id,
+            connect,
+            directory / name / f"broker-{broker_id}",
+            port=port,
+            properties={"cluster.name": name, **cluster_defaults(brokers)},
+        )
+        progress(f"starting {name} broker {broker_id} on {process.bootstrap}")
+        started.append(process)
+        process.start(timeout=60, detach=True)
+        members.append(
+            {
+                "id": broker_id,
+                "host": HOST,
+                "port": port,
+                "pid": process.pid,
+                "start": process.command,
+                "marker": str(process.config_file),
+                "output": str(process.output_file),
+            }
+        )
+    return {
+        "bootstrap": ",".join(f"{m['host']}:{m['port']}" for m in members),
+        "zookeeper": connect,
+        "brokers": members,
+    }
+
+
+def cluster_defaults(brokers: int) -> dict[str, str]:
+    """Replication defaults for a cluster of `brokers`: three copies and two in sync when it can hold them."""
+    replication = min(3, brokers)
+    return {
+        "default.replication.factor": str(replication),
+        "min.insync.replicas": str(2 if replication >= 3 else 1),
+        "offsets.topic.replication.factor": str(replication),
+    }
 
 
 def _restart_dead(topology: DevTopology, progress: Callable[[str], None]) -> DevTopology:

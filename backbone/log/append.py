@@ -164,9 +164,11 @@ def _stamped_copy(
     return buffer
 
 
-def prepare_follower_append(records: Records) -> tuple[list[tuple[int, BatchHeader]], PreparedAppend]:
+def prepare_follower_append(
+    records: Records, checked: list[tuple[int, BatchHeader]] | None = None
+) -> tuple[list[tuple[int, BatchHeader]], PreparedAppend]:
     """Check a leader's record set for a follower: valid batches with increasing offsets, kept as they are."""
-    batches = check_batches(records)
+    batches = check_batches(records) if checked is None else checked
     metas: list[BatchMeta] = []
     next_offset = batches[0][1].base_offset
     for _, header in batches:

@@ -207,13 +207,16 @@ class Log:
             self.flush()
         return info
 
-    def append_as_follower(self, records: Records) -> AppendInfo:
+    def append_as_follower(
+        self, records: Records, *, checked: list[tuple[int, BatchHeader]] | None = None
+    ) -> AppendInfo:
         """Append a leader's batches as they are (offsets, epochs, timestamps kept).
 
         The first offset must be >= the log end offset (UnexpectedAppendOffsetError otherwise) and offsets
         must increase through the set (InvalidRecordError); gaps are allowed, as compacted logs have them.
+        `checked`: what check_batches(records) returned, when the caller has already checked the set.
         """
-        batches, (buffers, metas, info) = prepare_follower_append(records)
+        batches, (buffers, metas, info) = prepare_follower_append(records, checked)
         with self._lock:
             self._check_writable()
             if info.first_offset < self._log_end_offset:

@@ -112,9 +112,13 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -172,6 +176,10 @@ SUPPORTED_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: _R(0, 1),
         ApiKey.OFFSET_DELETE: _R(0, 0),
         ApiKey.DESCRIBE_CLUSTER: _R(0, 1),
+        ApiKey.ELECT_LEADERS: _R(0, 2),
+        ApiKey.DESCRIBE_LOG_DIRS: _R(1, 4),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: _R(0, 0),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: _R(0, 0),
     }
 )
 """The default range of each API (see the module docstring for why)."""

@@ -14,11 +14,15 @@ HANDLER_MODULES = (
     "produce",
     "fetch",
     "list_offsets",
+    "offset_for_leader_epoch",
     "init_producer_id",
     "topics",
     "configs",
     "cluster",
     "delete_records",
+    "elect_leaders",
+    "reassignments",
+    "describe_log_dirs",
 )
 
 

@@ -5,6 +5,9 @@ it). Records leave as file regions (see region_sender); sizes respect `partition
 request's `max_bytes`, except that the first non-empty partition always gets at least one whole batch so
 a consumer can make progress (KIP-74). Fetch sessions (KIP-227) are declined with session id 0; clients
 then send full requests.
+
+A follower's fetch (replica id >= 0) reads up to the log end, not the high watermark, and the offset it
+asks for tells the leader what the follower holds (which moves the high watermark and the ISR).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def _read(
     broker: Broker, request: Any
 ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list, bool]:
     budget = request.max_bytes
+    replica_id = request.replica_id
     total = 0
     failed = False
     waiters: list[asyncio.Future[None]] = []
@@ -59,11 +63,16 @@ def _read(
                 partition = broker.replicas.leader_partition(topic.topic, asked.partition)
                 check_leader_epoch(partition, asked.current_leader_epoch)
                 hosted_log = partition.log
+                if replica_id >= 0:
+                    partition.update_follower(replica_id, asked.fetch_offset)
+                    max_offset = None
+                else:
+                    max_offset = partition.high_watermark
                 result.high_watermark = partition.high_watermark
                 result.last_stable_offset = partition.high_watermark
                 result.log_start_offset = hosted_log.log_start_offset
                 limit = min(asked.partition_max_bytes, budget)
-                read = hosted_log.read(asked.fetch_offset, max(limit, 0), max_offset=partition.high_watermark)
+                read = hosted_log.read(asked.fetch_offset, max(limit, 0), max_offset=max_offset)
                 size = read.size
                 if size and (total == 0 or size <= budget):
                     result.records = Regions(read.regions) if len(read.regions) > 1 else read.regions[0]

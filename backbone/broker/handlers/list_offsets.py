@@ -33,7 +33,7 @@ def register(broker: Broker) -> None:
                 try:
                     partition = broker.replicas.leader_partition(topic.name, asked.partition_index)
                     check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
-                    timestamp, offset, epoch = _lookup(partition, asked.timestamp)
+                    timestamp, offset, epoch = _lookup(partition, asked.timestamp, request.replica_id >= 0)
                     error = ErrorCode.none
                 except Exception as exc:
                     timestamp, offset, epoch, error = -1, -1, -1, error_code_of(exc)
@@ -53,11 +53,11 @@ def register(broker: Broker) -> None:
     broker.api_table.register(ApiKey.LIST_OFFSETS, handle)
 
 
-def _lookup(partition: Partition, timestamp: int) -> tuple[int, int, int]:
-    """(timestamp, offset, leader epoch) for one asked timestamp."""
+def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) for one asked timestamp; a follower's latest is the log end."""
     log = partition.log
     if timestamp == LATEST:
-        return -1, partition.high_watermark, partition.leader_epoch
+        return -1, log.log_end_offset if for_replica else partition.high_watermark, partition.leader_epoch
     if timestamp == EARLIEST:
         return -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
     if timestamp == MAX_TIMESTAMP:

@@ -130,7 +130,8 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
     for index in sorted(assignment.partitions):
         replicas = tuple(assignment.partitions[index])
         state = cache.states.get((name, index))
-        offline = tuple(r for r in replicas if r not in cache.brokers)
+        # Offline: not registered, or still registered but found dead by the liveness probes.
+        offline = tuple(r for r in replicas if r not in cache.brokers or r in broker.liveness.unreachable)
         if state is None or state.leader < 0 or state.leader not in cache.brokers:
             error, leader, epoch, isr = ErrorCode.leader_not_available, -1, -1, ()
             if state is not None:

@@ -65,11 +65,11 @@ async def _produce_partition(
         if records is None or len(records) == 0:
             raise CorruptMessageError("produce request without records")
         partition = broker.replicas.leader_partition(topic, index)
-        if acks == -1:
-            _check_min_insync(broker, partition)
+        min_insync = _check_min_insync(broker, partition) if acks == -1 else 1
         result = partition.append_as_leader(records)
-        if acks == -1 and not result.duplicate:
-            await partition.wait_committed(result.base_offset, max(0, request.timeout_ms))
+        if acks == -1:
+            # A retried duplicate waits too: its first attempt may not have been committed yet.
+            await partition.wait_committed(result.base_offset, max(0, request.timeout_ms), min_insync)
         return ProducePartitionResult(
             index,
             base_offset=result.base_offset,
@@ -86,10 +86,12 @@ async def _produce_partition(
         )
 
 
-def _check_min_insync(broker: Broker, partition: Partition) -> None:
+def _check_min_insync(broker: Broker, partition: Partition) -> int:
+    """The partition's min.insync.replicas; NOT_ENOUGH_REPLICAS (nothing written) when the ISR is smaller."""
     required = int(broker.replicas.topic_config(partition.topic, "min.insync.replicas", broker.config))
     if len(partition.isr) < required:
         raise NotEnoughReplicasError(
             f"{partition.topic}-{partition.index} has {len(partition.isr)} in-sync replicas, "
             f"min.insync.replicas={required}"
         )
+    return required
