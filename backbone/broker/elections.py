@@ -82,13 +82,16 @@ class Elections:
             except (KafkaError, OSError) as exc:
                 # The next check tries again; a controller that lost its role stops in the meantime.
                 log.warning("event=preferred_leader_rebalance_failed error=%r", str(exc))
+            except Exception:
+                # A bug must not end the loop for good: log it loudly and keep checking.
+                log.exception("event=preferred_leader_rebalance_crashed")
 
     async def rebalance(self) -> None:
         """One automatic check: preferred elections for the brokers above the imbalance threshold."""
         controller = self.controller
         cache = controller.broker.cache
         # As Kafka does, partitions being reassigned are left alone: the reassignment picks their leader.
-        moving = controller.reassignments.list(None)
+        moving = await controller.reassignments.in_progress(None)
         settled = {key: state for key, state in cache.states.items() if key not in moving}
         keys = imbalanced_partitions(
             settled,

@@ -13,6 +13,8 @@ import pytest
 
 from backbone.coordination import ZooKeeperServer
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.requests import metadata_request
+from tests.helpers.wire import RawConnection
 
 BrokerFactory = Callable[..., BrokerProcess]
 
@@ -36,6 +38,20 @@ def broker_factory(zookeeper: ZooKeeperServer, chroot: str, tmp_path: Path) -> I
     finally:
         for process in started:
             process.stop(timeout=15)
+
+
+def wait_until_brokers_see_each_other(brokers: list[BrokerProcess], timeout: float = 30.0) -> None:
+    """Each broker learns of the others through a ZooKeeper watch a moment after they register; a client
+    bootstrapped from one of them only knows the brokers that one lists, so wait until all list all."""
+    from conftest import wait_until
+
+    wanted = {b.broker_id for b in brokers}
+
+    def listed(broker: BrokerProcess) -> set[int]:
+        with RawConnection(broker.bootstrap) as raw:
+            return {int(b.node_id) for b in raw.request(metadata_request()).brokers}
+
+    wait_until(lambda: all(listed(b) == wanted for b in brokers), timeout=timeout, what="brokers listing all")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from broker_fixtures import wait_until_brokers_see_each_other
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import NotLeaderForPartitionError, OffsetOutOfRangeError
 from kio.schema.delete_records.v2 import request as delete_records_v2
@@ -123,6 +124,7 @@ def test_delete_records_moves_the_low_watermark(broker) -> None:
 def test_delete_records_only_on_the_leader(broker_factory) -> None:
     first = broker_factory(1)
     second = broker_factory(2)
+    wait_until_brokers_see_each_other([first, second])
     topic = topic_name("led")
     partition = TopicPartition(topic, 0)
     with open_admin(first.bootstrap) as admin:
