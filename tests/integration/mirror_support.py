@@ -1,0 +1,119 @@
+"""Two clusters (a source `dc1` and a target `aggregate`) on the session's ZooKeeper, mirror processes
+between them, and reading a whole topic back, for the mirror tests.
+
+Mirror processes write to a log file rather than a pipe, so a long run never blocks on a full pipe; every
+process started here is killed when the test ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from backbone.client import Admin, Consumer, TopicPartition
+from backbone.dev.processes import BrokerProcess
+from backbone.mirror import provenance
+
+GROUP_SETTINGS = {
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "offsets.topic.num.partitions": 3,
+}
+
+
+class MirrorProcess:
+    def __init__(self, log: Path, *args: str) -> None:
+        self.args = [sys.executable, "-m", "backbone", "mirror", *args]
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> MirrorProcess:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextmanager
+def mirrors() -> Iterator[list[MirrorProcess]]:
+    started: list[MirrorProcess] = []
+    try:
+        yield started
+    finally:
+        for mirror in started:
+            mirror.kill()
+
+
+@contextmanager
+def target_cluster(connect: str, directory: Path, **properties: object) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(1, connect, directory, properties={**GROUP_SETTINGS, **properties})
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop(timeout=15)
+
+
+def mirror_args(source: str, target: str, *extra: str) -> list[str]:
+    return [
+        "--source-bootstrap", source, "--target-bootstrap", target, "--source-alias", "dc1",
+        "--target-alias", "aggregate", "--property", "commit.interval.ms=200",
+        "--property", "progress.interval.ms=1000", *extra,
+    ]  # fmt: skip
+
+
+def read_all(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list:
+    """Every record of `topic` from the beginning up to the end offsets seen at the start."""
+    with Consumer(bootstrap_servers=bootstrap) as consumer:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        consumer.seek_to_beginning(*partitions)
+        records: list = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(consumer.position(tp) < ends[tp] for tp in partitions):
+            for batch in consumer.poll(timeout_ms=200).values():
+                records.extend(batch)
+        return records
+
+
+def end_total(bootstrap: str, topic: str) -> int:
+    """The sum of the topic's end offsets; 0 while it does not exist."""
+    with Consumer(bootstrap_servers=bootstrap) as consumer:
+        if topic not in consumer.topics():
+            return 0
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        return sum(consumer.end_offsets(partitions).values())
+
+
+def origins(records: list) -> list[provenance.Provenance | None]:
+    return [provenance.origin(r.headers) for r in records]
+
+
+def committed_total(bootstrap: str, group: str, topic: str) -> int:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        committed = admin.list_consumer_group_offsets(group)
+    return sum(o.offset for tp, o in committed.items() if tp.topic == topic)
+
+
+def caught_up(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether `group` has committed the end of every partition of `topic` (a mirror copied it all)."""
+    end = end_total(bootstrap, topic)
+    return end > 0 and committed_total(bootstrap, group, topic) == end
