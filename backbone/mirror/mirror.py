@@ -19,6 +19,7 @@ import contextlib
 import logging
 import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,9 @@ from backbone.client import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from backbone.client.audit import AuditCounter, AuditPublisher
 from backbone.mirror import provenance
+from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig
 from backbone.mirror.metrics import MirrorMetrics
 from backbone.protocol.errors import TopicAlreadyExistsError
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 
 _POLL_MS = 500
 _RETRY_BACKOFF_S = 1.0
+_MAX_IN_FLIGHT_RECORDS = 100_000  # sent but not yet acknowledged; beyond this, wait for the target
 
 
 @dataclass
@@ -110,8 +114,13 @@ class Mirror(ConsumerRebalanceListener):
         self._stats = _Stats()
         self._last_commit = time.monotonic()
         self._last_progress = (time.monotonic(), 0)
+        # Chunks sent and not yet settled, in send order: (partition, records, futures).
+        self._in_flight: deque[tuple[TopicPartition, list[ConsumerRecord], list[Any]]] = deque()
+        self._in_flight_records = 0
         self._isolating: dict[TopicPartition, int] = {}  # partition -> last offset sent one by one
         self._retrying = False  # a partition was rewound this cycle: back off before reading it again
+        self.audit = _audit_publisher(config) if config.audit_bootstrap else None
+        self._last_audit = time.monotonic()
 
     # -- the cycle ---------------------------------------------------------------------------------
 
@@ -132,6 +141,8 @@ class Mirror(ConsumerRebalanceListener):
                 )
                 if polled:
                     await self._copy(polled)
+                else:
+                    self._settle_done()
                 if self._retrying:
                     self._retrying = False
                     with contextlib.suppress(TimeoutError):
@@ -139,12 +150,15 @@ class Mirror(ConsumerRebalanceListener):
                 self._update_lag()
                 if time.monotonic() - self._last_commit >= self.config.commit_interval_ms / 1000:
                     await self._commit(None)
+                if self.audit and time.monotonic() - self._last_audit >= self.config.audit_interval_ms / 1000:
+                    self._last_audit = time.monotonic()
+                    await self.audit.publish()
                 self._report_progress()
         finally:
             await self._close()
 
     async def _copy(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        sent: list[tuple[TopicPartition, list[ConsumerRecord], list[Any]]] = []
+        """Send the polled records; they are counted (and committable) once acknowledged (`_settle_done`)."""
         for tp, records in polled.items():
             progress = self._stats.of(tp)
             if progress.stopped_reason is not None:
@@ -162,12 +176,30 @@ class Mirror(ConsumerRebalanceListener):
                 self.consumer.seek(tp, records[1].offset)
                 records = records[:1]
             futures = [await self._send(route, record) for record in records]
-            sent.append((tp, records, futures))
-        if not sent:
-            return
+            self._in_flight.append((tp, records, futures))
+            self._in_flight_records += len(records)
+        if self._isolating or self._in_flight_records > _MAX_IN_FLIGHT_RECORDS:
+            await self.producer.flush()  # bounds what is unacknowledged; isolation needs each answer now
+        self._settle_done()
+
+    def _settle_done(self) -> None:
+        """Settle sent chunks, oldest first, while they are fully acknowledged (or failed)."""
+        while self._in_flight:
+            tp, records, futures = self._in_flight[0]
+            if not all(_finished(f) for f in futures):
+                return
+            self._in_flight.popleft()
+            self._in_flight_records -= len(records)
+            if not self._settle(tp, records, futures):
+                # Later chunks of the partition were sent past the failure: it is read again from there,
+                # so their outcome must not move its acknowledged offset.
+                dropped = [c for c in self._in_flight if c[0] == tp]
+                self._in_flight = deque(c for c in self._in_flight if c[0] != tp)
+                self._in_flight_records -= sum(len(c[1]) for c in dropped)
+
+    async def _settle_all(self) -> None:
         await self.producer.flush()
-        for tp, records, futures in sent:
-            self._settle(tp, records, futures)
+        self._settle_done()
 
     async def _send(self, route: _Route, record: ConsumerRecord) -> Any:
         """The record's future, None when skipped, or the exception `send` raised at once."""
@@ -186,29 +218,36 @@ class Mirror(ConsumerRebalanceListener):
         except (KafkaError, KafkaClientError) as error:
             return error
 
-    def _settle(self, tp: TopicPartition, records: list[ConsumerRecord], futures: list[Any]) -> None:
-        """Count what the target acknowledged; stop or rewind at the first record it did not."""
+    def _settle(self, tp: TopicPartition, records: list[ConsumerRecord], futures: list[Any]) -> bool:
+        """Count what the target acknowledged; stop or rewind at the first record it did not (False)."""
         progress = self._stats.of(tp)
         copied = size = skipped = 0
+        copied_timestamps = []  # for the audit, counted per topic and bucket once the loop is done
+        failed = False
         for record, future in zip(records, futures, strict=True):
             error = future if isinstance(future, BaseException) else None
             if future is not None and error is None and future.failed():
                 error = future.exception()
             if error is not None:
                 self._record_failure(tp, record, records[-1].offset, error)
+                failed = True
                 break
             if future is None:
                 skipped += 1
             else:
                 copied += 1
                 size += len(record.value or b"") + len(record.key or b"")
+                copied_timestamps.append(record.timestamp)
             progress.acknowledged = record.offset + 1
             progress.newest_timestamp = record.timestamp
             if self._isolating.get(tp, -1) <= record.offset:
                 self._isolating.pop(tp, None)
         self.metrics.copied(tp.topic, copied, size)
+        if self.audit is not None:
+            self.audit.counter.add_timestamps(self.config.target_topic(tp.topic), copied_timestamps)
         if skipped:
             self.metrics.skip(tp.topic, skipped)
+        return not failed
 
     def _record_failure(
         self, tp: TopicPartition, record: ConsumerRecord, last: int, error: BaseException
@@ -303,7 +342,8 @@ class Mirror(ConsumerRebalanceListener):
             self._stats.of(tp).committed = offset.offset
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        # Everything polled so far was flushed and settled before this poll; commit it before giving it up.
+        # Wait for the target's answers to everything sent, then commit it before giving it up.
+        await self._settle_all()
         await self._commit(revoked)
         self._drop(revoked)
 
@@ -321,6 +361,8 @@ class Mirror(ConsumerRebalanceListener):
             self._stats.partitions.pop(tp, None)
             self._isolating.pop(tp, None)
             self.metrics.forget(tp.topic, tp.partition)
+        self._in_flight = deque(c for c in self._in_flight if c[0] not in partitions)
+        self._in_flight_records = sum(len(c[1]) for c in self._in_flight)
 
     # -- reporting ---------------------------------------------------------------------------------
 
@@ -365,9 +407,11 @@ class Mirror(ConsumerRebalanceListener):
 
     async def _close(self) -> None:
         with contextlib.suppress(KafkaError, KafkaClientError):
-            await self.producer.flush()
+            await self._settle_all()
         with contextlib.suppress(KafkaError, KafkaClientError):
             await self._commit(None)
+        if self.audit is not None:
+            await self.audit.close()
         for closing in (
             self.consumer.close(),
             self.producer.close(),
@@ -376,6 +420,17 @@ class Mirror(ConsumerRebalanceListener):
         ):
             with contextlib.suppress(KafkaError, KafkaClientError, OSError):
                 await closing
+
+
+def _finished(future: Any) -> bool:
+    """A send's outcome is known: skipped (None), refused at once (an exception), or completed."""
+    return future is None or isinstance(future, BaseException) or future.done()
+
+
+def _audit_publisher(config: MirrorConfig) -> AuditPublisher:
+    """Counts of the copied records (under the target topic's name), published to the audit topic."""
+    counter = AuditCounter(mirror_tier(config.source_alias, config.target_alias), config.audit_bucket_ms)
+    return AuditPublisher(counter, config.audit_bootstrap, config.audit_topic)
 
 
 def _retriable(error: BaseException) -> bool:

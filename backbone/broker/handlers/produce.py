@@ -13,10 +13,12 @@ from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import error_code_of, error_message_of
 from backbone.broker.network import RequestContext
+from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
+    InvalidTopicExceptionError,
     KafkaError,
     NotEnoughReplicasError,
     TransactionalIdAuthorizationFailedError,
@@ -64,6 +66,8 @@ async def _produce_partition(
             raise TransactionalIdAuthorizationFailedError("transactions are not supported by this broker")
         if records is None or len(records) == 0:
             raise CorruptMessageError("produce request without records")
+        if topic == OFFSETS_TOPIC:  # only the group coordinator writes there, in its own format
+            raise InvalidTopicExceptionError(f"cannot produce to the internal topic {OFFSETS_TOPIC}")
         partition = broker.replicas.leader_partition(topic, index)
         min_insync = _check_min_insync(broker, partition) if acks == -1 else 1
         result = partition.append_as_leader(records)
