@@ -290,13 +290,13 @@ def _execute(admin: Admin, plan: Plan) -> int:
 
 def _cancel(admin: Admin, partitions: list[TopicPartition]) -> int:
     failed = 0
+    # What each partition goes back to, read before cancelling: the brokers' metadata may lag right after.
+    ongoing = admin.list_partition_reassignments(partitions)
     outcomes = admin.alter_partition_reassignments(dict.fromkeys(partitions, None))
-    topics = admin.describe_topics(sorted({tp.topic for tp, e in outcomes.items() if e is None}))
     for tp, error in sorted(outcomes.items()):
         if error is None:
-            info = _partition(topics, tp)
-            replicas = () if info is None else info.replicas
-            print(f"{tp}: reassignment cancelled, replicas back to {list(replicas)}")
+            original = list(ongoing[tp].original) if tp in ongoing else []
+            print(f"{tp}: reassignment cancelled, replicas back to {original}")
         else:
             failed = 1
             print(f"{tp}: not cancelled: {error}", file=sys.stderr)

@@ -189,6 +189,11 @@ class PartitionReassignment(NamedTuple):
     def target(self) -> tuple[int, ...]:
         return tuple(r for r in self.replicas if r not in self.removing)
 
+    @property
+    def original(self) -> tuple[int, ...]:
+        """The replicas a cancellation goes back to."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
 
 class ReplicaInfo(NamedTuple):
     """One replica on one broker (DescribeLogDirs)."""
