@@ -10,10 +10,12 @@ Typical use by the broker:
     for region in result.regions:                       # FileRegion(file, position, length)
         os.sendfile(sock.fileno(), region.fileno(), region.position, region.length)
     manager.run_retention(); manager.run_flush()        # from the broker's scheduler
+    manager.run_cleaner()                               # compaction (backbone.log.cleaner)
     manager.shutdown()
 """
 
 from backbone.log.append import AppendInfo, UnexpectedAppendOffsetError
+from backbone.log.cleaner import LogCleaner
 from backbone.log.config import (
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -39,6 +41,7 @@ __all__ = [
     "IndexCache",
     "LeaderEpochCache",
     "Log",
+    "LogCleaner",
     "LogConfig",
     "LogManager",
     "ReadResult",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from backbone.log.compaction import check_keys_present
 from backbone.log.config import LogConfig
 from backbone.log.segment import BatchMeta
 from backbone.protocol.errors import (
@@ -78,7 +79,8 @@ def validate_producer_records(
 
     CorruptMessageError / UnsupportedVersionError / InvalidRecordError for a malformed set (check_batch,
     plus a record count that disagrees with the offset delta), MessageTooLargeError for a batch over
-    max.message.bytes, RecordListTooLargeError for a set over segment.bytes.
+    max.message.bytes, RecordListTooLargeError for a set over segment.bytes; InvalidRecordError for a record
+    without a key when the log is compacted (the only case where records are unpacked).
     """
     try:
         batches = check_batches(records)
@@ -99,6 +101,8 @@ def validate_producer_records(
         raise RecordListTooLargeError(
             f"record set of {len(records)} bytes exceeds segment.bytes={config.segment_bytes} of {name}"
         )
+    if config.compacts:
+        check_keys_present(records, batches, name)  # the one place records are unpacked on produce
     return batches
 
 

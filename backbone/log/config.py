@@ -35,6 +35,8 @@ class _Property:
     minimum: int | None = None
     maximum: int | None = None
     choices: tuple[str, ...] | None = None
+    # int, or float for the one ratio (min.cleanable.dirty.ratio).
+    kind: type = int
 
 
 _PROPERTIES: tuple[_Property, ...] = (
@@ -60,6 +62,32 @@ _PROPERTIES: tuple[_Property, ...] = (
         choices=(CREATE_TIME, LOG_APPEND_TIME),
     ),
     _Property("cleanup_policy", "cleanup.policy", (("log.cleanup.policy", 1),), choices=_CLEANUP_POLICIES),
+    # Compaction (backbone.log.cleaner).
+    _Property(
+        "delete_retention_ms", "delete.retention.ms", (("log.cleaner.delete.retention.ms", 1),), 0, LONG_MAX
+    ),
+    _Property(
+        "min_compaction_lag_ms",
+        "min.compaction.lag.ms",
+        (("log.cleaner.min.compaction.lag.ms", 1),),
+        0,
+        LONG_MAX,
+    ),
+    _Property(
+        "max_compaction_lag_ms",
+        "max.compaction.lag.ms",
+        (("log.cleaner.max.compaction.lag.ms", 1),),
+        1,
+        LONG_MAX,
+    ),
+    _Property(
+        "min_cleanable_dirty_ratio",
+        "min.cleanable.dirty.ratio",
+        (("log.cleaner.min.cleanable.ratio", 1),),
+        0,
+        1,
+        kind=float,
+    ),
 )
 
 
@@ -69,8 +97,11 @@ class LogConfig:
 
     `flush_messages` and `flush_ms` default to "never" (Long.MAX_VALUE), as in Kafka: durability comes from
     replication and the OS writes dirty pages back on its own. `retention_ms`/`retention_bytes` of -1 mean
-    unlimited. `cleanup_policy` is stored for the broker; time and size retention apply only when it
-    contains "delete" (compaction itself is not implemented yet).
+    unlimited. Time and size retention apply only when `cleanup_policy` contains "delete"; when it contains
+    "compact" the log cleaner (backbone.log.cleaner) keeps only the latest record of each key, following
+    the compaction settings at the end (tombstones live delete.retention.ms after the clean that first saw
+    them; records younger than min.compaction.lag.ms are left alone; a log whose oldest dirty segment is
+    older than max.compaction.lag.ms is cleaned whatever its dirty ratio).
     """
 
     segment_bytes: int = 1024 * 1024 * 1024
@@ -84,6 +115,10 @@ class LogConfig:
     max_message_bytes: int = 1_048_588
     message_timestamp_type: str = CREATE_TIME
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = 24 * _HOUR_MS
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         # Constructed directly (not from properties) the values still get the same checks.
@@ -119,6 +154,11 @@ class LogConfig:
         return "delete" in self.cleanup_policy.split(",")
 
     @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy contains "compact")."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
     def max_offset_index_entries(self) -> int:
         return self.segment_index_bytes // 8
 
@@ -149,6 +189,8 @@ def _lookup(prop: _Property, props: Mapping[str, Any]) -> tuple[str, Any, int] |
 def _parse(prop: _Property, key: str, raw: Any, factor: int) -> Any:
     if prop.choices is not None:
         value: Any = _parse_choice(prop, key, raw)
+    elif prop.kind is float:
+        value = _parse_float(key, raw)
     else:
         value = _parse_int(key, raw) * factor
     _check(prop, key, value)
@@ -176,13 +218,27 @@ def _parse_int(key: str, raw: Any) -> int:
     raise InvalidConfigError(f"{key}={raw!r}: must be an integer, got {type(raw).__name__}")
 
 
+def _parse_float(key: str, raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise InvalidConfigError(f"{key}={raw!r}: must be a number")
+    try:
+        value = float(raw.strip() if isinstance(raw, str) else raw)
+    except ValueError:
+        raise InvalidConfigError(f"{key}={raw!r}: must be a number") from None
+    if value != value:  # NaN passes every bound check
+        raise InvalidConfigError(f"{key}={raw!r}: must be a number")
+    return value
+
+
 def _check(prop: _Property, key: str, value: Any) -> None:
     if prop.choices is not None:
         if value not in prop.choices:
             raise InvalidConfigError(f"{key}={value!r}: must be one of {', '.join(prop.choices)}")
         return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidConfigError(f"{key}={value!r}: must be an integer")
+    number_types = (int, float) if prop.kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, number_types) or value != value:
+        kind = "a number" if prop.kind is float else "an integer"
+        raise InvalidConfigError(f"{key}={value!r}: must be {kind}")
     if prop.minimum is not None and value < prop.minimum:
         raise InvalidConfigError(f"{key}={value}: must be at least {prop.minimum}")
     if prop.maximum is not None and value > prop.maximum:

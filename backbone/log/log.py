@@ -35,10 +35,12 @@ from backbone.log.append import (
     prepare_follower_append,
     validate_producer_records,
 )
+from backbone.log.cleaner_files import lower_cleaner_checkpoint
 from backbone.log.config import LogConfig
 from backbone.log.epoch_cache import LeaderEpochCache
 from backbone.log.files import (
     ReadResult,
+    SegmentFile,
     fsync_dir,
     storage_errors,
     write_atomically,
@@ -107,6 +109,11 @@ class Log:
         self._last_flush_ms = self._now_ms()
         # The lowest offset truncated to while a flush was fsyncing (data above it was not part of the flush).
         self._lowest_truncation: int | None = None
+        # Counts truncations, so the cleaner can tell that segments it read may have changed since.
+        self._truncations = 0
+        # The offset the cleaner must not compact beyond (the broker passes its high watermark); None: the
+        # active segment's base offset, the only bound there is anyway.
+        self.cleaner_upper_bound: Callable[[], int] | None = None
         if not loaded.clean:
             self._write_recovery_point()  # recovery moved it to the log end
         self._persist_log_start()
@@ -148,6 +155,10 @@ class Log:
     def high_watermark(self, offset: int) -> None:
         with self._lock:
             self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+
+    @property
+    def index_cache(self) -> IndexCache:
+        return self._cache
 
     @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
@@ -574,6 +585,7 @@ class Log:
         log.info("event=log_truncated_fully dir=%s offset=%d", self.directory, offset)
 
     def _after_truncation(self, new_end: int) -> None:
+        self._truncations += 1
         self._log_end_offset = new_end
         self._epochs.truncate_from_end(new_end)
         self._high_watermark = min(max(self._high_watermark, self._log_start_offset), new_end)
@@ -582,6 +594,51 @@ class Log:
         if self._recovery_point > new_end:
             self._recovery_point = new_end
             self._write_recovery_point()
+        lower_cleaner_checkpoint(self.directory, self.topic, self.partition, new_end)
+
+    # -- compaction (backbone.log.cleaner) --------------------------------------------------------------
+
+    def segments_for_cleaning(self) -> tuple[list[tuple[Segment, SegmentFile]], int, int, int]:
+        """The closed segments with their open files, the active segment's base offset, the log start
+        offset, and a token `replace_segments` checks to see that no truncation happened since."""
+        with self._lock:
+            self._check_writable()
+            closed = [(segment, segment.file) for segment in self._segments[:-1]]
+            return closed, self._bases[-1], self._log_start_offset, self._truncations
+
+    def segment_largest_timestamp(self, segment: Segment) -> int:
+        """Segment.largest_timestamp under the lock (it may load the segment's time index)."""
+        with self._lock:
+            return segment.largest_timestamp()
+
+    def replace_segments(
+        self, old: list[Segment], new: Segment, token: int, swap_files: Callable[[], None]
+    ) -> bool:
+        """Put `new` in place of the consecutive closed segments `old`, running `swap_files` (which moves
+        the files) under the lock. False, changing nothing, when the log changed since `token` was taken
+        (a truncation, retention deleting one of `old`, a close). If `swap_files` fails the log goes
+        offline: its files are mid-swap until recovery finishes the swap."""
+        with self._lock:
+            if self._closed or self._offline is not None or token != self._truncations:
+                return False
+            first = next((i for i, segment in enumerate(self._segments) if segment is old[0]), None)
+            end = len(old) if first is None else first + len(old)
+            if (
+                first is None
+                or end >= len(self._segments)
+                or any(a is not b for a, b in zip(self._segments[first:end], old, strict=True))
+            ):
+                return False
+            try:
+                swap_files()
+            except KafkaStorageErrorError as exc:
+                self._offline = f"a compacted segment could not be swapped in: {exc}"
+                log.error("event=log_offline dir=%s reason=%r", self.directory, self._offline)
+                raise
+            new.config = self._config
+            self._segments[first:end] = [new]
+            self._bases[first:end] = [new.base_offset]
+            return True
 
     # -- configuration and lifecycle ------------------------------------------------------------------
 

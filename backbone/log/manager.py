@@ -1,8 +1,9 @@
 """The broker's view of its log directories (`log.dirs`): opening every partition log at startup,
-creating and deleting logs, and the periodic retention and flush runs.
+creating and deleting logs, and the periodic retention, flush and compaction runs.
 
-Plain and synchronous: the broker calls `run_retention()` and `run_flush()` from its scheduler (a worker
-thread is best for `run_flush`, whose fsyncs can take a while; logs are thread-safe).
+Plain and synchronous: the broker calls `run_retention()`, `run_flush()` and `run_cleaner()` from its
+scheduler (a worker thread is best for `run_flush` and `run_cleaner`, which do file work that can take a
+while; logs are thread-safe).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from backbone.log.cleaner import LogCleaner
 from backbone.log.config import LogConfig
 from backbone.log.files import storage_errors
 from backbone.log.index import DEFAULT_INDEX_CACHE, IndexCache
@@ -38,6 +40,7 @@ class LogManager:
         topic_configs: Mapping[str, LogConfig] | None = None,
         clock: Callable[[], float] = time.time,
         index_cache: IndexCache = DEFAULT_INDEX_CACHE,
+        cleaner: LogCleaner | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs must name at least one directory")
@@ -49,6 +52,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self._dir_locks: list[int] = []
+        self.cleaner = cleaner or LogCleaner(clock=clock)
         # Storage errors of the last run_retention / run_flush, by partition.
         self.failures: dict[TopicPartition, KafkaStorageErrorError] = {}
 
@@ -106,6 +110,7 @@ class LogManager:
         Every log is closed even if one fails; the first failure is raised at the end.
         """
         first_error: KafkaStorageErrorError | None = None
+        self.cleaner.shutdown()  # a clean in progress stops before the logs close
         with self._lock:
             for (topic, partition), partition_log in sorted(self._logs.items()):
                 try:
@@ -185,6 +190,11 @@ class LogManager:
     def run_flush(self, now_ms: int | None = None) -> int:
         """Flush logs whose flush.ms has passed and segments rolled since the last flush; return how many."""
         return self._for_each("flush", lambda partition_log: int(partition_log.flush_if_needed(now_ms)))
+
+    def run_cleaner(self, now_ms: int | None = None) -> int:
+        """Compact the logs whose cleanup.policy contains "compact" and that need it (backbone.log.cleaner);
+        return how many were cleaned. A failing log is logged and skipped."""
+        return self.cleaner.clean_logs(self.logs().values(), now_ms)
 
     def _for_each(self, task: str, action: Callable[[Log], int]) -> int:
         total = 0

@@ -5,7 +5,8 @@ not: every index file must at least hold whole entries, is validated in full whe
 active segment's tail is re-read from its last index entry. Without the marker, every segment from the one
 holding the recovery point onwards is scanned batch by batch (size, magic, CRC, increasing offsets), cut at
 the first bad byte, and its indexes are rebuilt; segments after a cut are deleted, as Kafka does. What was
-recovered is then fsynced so the recovery point can move to the log end.
+recovered is then fsynced so the recovery point can move to the log end. Before any of this, a segment swap
+of the log cleaner that a crash interrupted is finished or undone (`backbone.log.cleaner_files`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from backbone.log.cleaner_files import finish_interrupted_swaps
 from backbone.log.config import LogConfig
 from backbone.log.epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
 from backbone.log.files import fsync_dir, read_offset_checkpoint, storage_errors
@@ -76,6 +78,7 @@ def _load(
     with storage_errors("create directory", directory):
         directory.mkdir(parents=True, exist_ok=True)
     _remove_temp_files(directory)
+    finish_interrupted_swaps(directory)  # a crash during log compaction
     marker = directory / CLEAN_SHUTDOWN_FILE
     recovery_point = _read_offset(directory / RECOVERY_POINT_FILE, topic, partition)
     stored_start = _read_offset(directory / LOG_START_FILE, topic, partition)

@@ -81,14 +81,22 @@ class Segment:
     """
 
     def __init__(
-        self, directory: Path, base_offset: int, size: int, now_ms: int, config: LogConfig, cache: IndexCache
+        self,
+        directory: Path,
+        base_offset: int,
+        size: int,
+        now_ms: int,
+        config: LogConfig,
+        cache: IndexCache,
+        suffix: str = "",
     ) -> None:
         self.base_offset = base_offset
         self.size = size
         name = segment_name(base_offset)
-        self.log_path = directory / (name + LOG_SUFFIX)
-        self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX), base_offset)
-        self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX), base_offset)
+        # `suffix` names the files of a segment the cleaner is still writing (`.cleaned`, see rename_files).
+        self.log_path = directory / (name + LOG_SUFFIX + suffix)
+        self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX + suffix), base_offset)
+        self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset)
         self.offset_index.reloader = self._reload_indexes
         self.time_index.reloader = self._reload_indexes
         self.active = False
@@ -126,10 +134,16 @@ class Segment:
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, now_ms: int, config: LogConfig, cache: IndexCache
+        cls,
+        directory: Path,
+        base_offset: int,
+        now_ms: int,
+        config: LogConfig,
+        cache: IndexCache,
+        suffix: str = "",
     ) -> Segment:
         """A new, empty, active segment (an empty leftover file of the same name is reused)."""
-        segment = cls(directory, base_offset, 0, now_ms, config, cache)
+        segment = cls(directory, base_offset, 0, now_ms, config, cache, suffix)
         try:
             segment._file = SegmentFile.open(segment.log_path, create=True)
         except KafkaStorageErrorError as exc:
@@ -237,6 +251,25 @@ class Segment:
         """Forget the files; an open region still keeps the data file readable."""
         self._cache.forget(self)
         self._file = None
+
+    def rename_files(self, suffix: str) -> None:
+        """Rename the index files, then the data file, to their names with `suffix` ("" for the live names).
+
+        The data file goes last: the cleaner commits a swap by that rename. Open handles stay valid.
+        """
+        name = segment_name(self.base_offset)
+        directory = self.log_path.parent
+        for index, extension in ((self.offset_index, INDEX_SUFFIX), (self.time_index, TIME_INDEX_SUFFIX)):
+            target = directory / (name + extension + suffix)
+            with storage_errors("rename", index.path):
+                os.replace(index.path, target)
+            index.path = target
+        target = directory / (name + LOG_SUFFIX + suffix)
+        with storage_errors("rename", self.log_path):
+            os.replace(self.log_path, target)
+        self.log_path = target
+        if self._file is not None:
+            self._file.path = target
 
     def delete(self) -> None:
         """Remove the files (regions already handed out stay readable through their open descriptor)."""

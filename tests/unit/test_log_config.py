@@ -111,5 +111,7 @@ def test_broker_property_names_cover_every_broker_spelling() -> None:
     names = broker_property_names()
     assert {"log.segment.bytes", "log.retention.hours", "log.roll.hours", "message.max.bytes"} <= names
     assert not names & topic_property_names()
-    numeric = {name: "1000" for name in names if "timestamp" not in name and "cleanup" not in name}
+    numeric = {
+        name: "1000" for name in names if not any(x in name for x in ("timestamp", "cleanup", "ratio"))
+    }
     assert LogConfig.from_properties(numeric).max_message_bytes == 1000

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backbone.log import Log
+from backbone.log import Log, LogConfig
 from backbone.protocol.errors import OffsetOutOfRangeError
 from tests.helpers.batches import BASE_TIMESTAMP, LogFactory, batch_of_size, batch_ranges, build_batch
 
@@ -136,9 +136,10 @@ def test_retention_bytes_keeps_at_least_retention_bytes(make_log: LogFactory) ->
 
 
 def test_compacted_topics_keep_old_segments(make_log: LogFactory) -> None:
-    log = filled(
-        make_log, {"cleanup.policy": "compact", "retention.ms": "1", "retention.bytes": "1"}, [1] * 6
-    )
+    retention = {"retention.ms": "1", "retention.bytes": "1", "segment.bytes": "2000"}
+    log = filled(make_log, retention, [1] * 6)
+    # Filled first: a compacted log refuses these keyless records.
+    log.update_config(LogConfig.from_properties({**retention, "cleanup.policy": "compact"}))
     assert log.delete_old_segments(now_ms=BASE_TIMESTAMP) == 0
     assert log.segment_base_offsets() == [0, 6, 12]
 

@@ -116,7 +116,27 @@ _LOG_KEYS: dict[str, tuple[ConfigType, str, str]] = {
         "log.message.timestamp.type",
         "CreateTime (the producer's) or LogAppendTime (the broker's)",
     ),
-    "cleanup.policy": (ConfigType.LIST, "log.cleanup.policy", "delete and/or compact (compaction: not yet)"),
+    "cleanup.policy": (ConfigType.LIST, "log.cleanup.policy", "delete and/or compact"),
+    "delete.retention.ms": (
+        ConfigType.LONG,
+        "log.cleaner.delete.retention.ms",
+        "how long a tombstone outlives the clean that first saw it",
+    ),
+    "min.compaction.lag.ms": (
+        ConfigType.LONG,
+        "log.cleaner.min.compaction.lag.ms",
+        "records younger than this are not compacted",
+    ),
+    "max.compaction.lag.ms": (
+        ConfigType.LONG,
+        "log.cleaner.max.compaction.lag.ms",
+        "a log with dirty records older than this is compacted whatever its dirty ratio",
+    ),
+    "min.cleanable.dirty.ratio": (
+        ConfigType.DOUBLE,
+        "log.cleaner.min.cleanable.ratio",
+        "share of dirty bytes above which a log is compacted",
+    ),
 }
 
 # -- broker settings a topic overrides ------------------------------------------------------------------
@@ -143,24 +163,8 @@ _STORED_ONLY: dict[str, tuple[Property, str]] = {
             "compression.type",
         ),
         (
-            _P("delete.retention.ms", int, 86400000, "tombstone retention", 0, LONG_MAX),
-            "log.cleaner.delete.retention.ms",
-        ),
-        (
             _P("file.delete.delay.ms", int, 60000, "delay before deleting a file", 0, LONG_MAX),
             "log.segment.delete.delay.ms",
-        ),
-        (
-            _P("max.compaction.lag.ms", int, LONG_MAX, "compaction lag", 1, LONG_MAX),
-            "log.cleaner.max.compaction.lag.ms",
-        ),
-        (
-            _P("min.compaction.lag.ms", int, 0, "compaction lag", 0, LONG_MAX),
-            "log.cleaner.min.compaction.lag.ms",
-        ),
-        (
-            _P("min.cleanable.dirty.ratio", float, 0.5, "compaction ratio", 0.0, 1.0),
-            "log.cleaner.min.cleanable.ratio",
         ),
         (_P("preallocate", bool, False, "preallocate segment files"), "log.preallocate"),
         (
