@@ -85,6 +85,8 @@ class Partition:
         self.replica_lag_time_max_s = replica_lag_time_max_ms / 1000
         self._request_isr_change = request_isr_change
         self._may_join_isr = may_join_isr
+        # Compaction stays below the high watermark: records above it may still be truncated away.
+        log_.cleaner_upper_bound = lambda: log_.high_watermark
         self.producer_state = ProducerStateManager(log_.directory, producer_expiration_ms)
         self._waiters: list[asyncio.Future[None]] = []
         self._load_producer_state()

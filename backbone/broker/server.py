@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from backbone.broker.config import BrokerConfig
 from backbone.broker.controller import Controller
+from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
 from backbone.broker.liveness import Liveness
 from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
@@ -35,6 +36,7 @@ from backbone.coordination import (
     Watch,
 )
 from backbone.log import LogManager
+from backbone.log.cleaner import LogCleaner
 from backbone.protocol.api import ApiTable
 from backbone.protocol.errors import KafkaError
 
@@ -54,7 +56,11 @@ class Broker(MetadataListener):
         self.broker_id = config.broker_id
         self.api_table: ApiTable[Handler] = ApiTable()
         self.cache = MetadataCache()
-        self.log_manager = LogManager(config.log_dirs, config.log)
+        self.log_manager = LogManager(
+            config.log_dirs,
+            config.log,
+            cleaner=LogCleaner(dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"]),
+        )
         self.store = ClusterStore(
             config["zookeeper.connect"],
             session_timeout=config["zookeeper.session.timeout.ms"] / 1000,
@@ -78,6 +84,9 @@ class Broker(MetadataListener):
             ),
         )
         self.controller = Controller(self)
+        self.group_coordination = GroupCoordination(self)
+        # Handlers reach the group coordinator here (membership, offsets).
+        self.group_coordinator = self.group_coordination.coordinator
         self.liveness = Liveness(
             self.broker_id,
             lambda node: self.cache.endpoint(node, config.inter_broker_listener),
@@ -119,7 +128,8 @@ class Broker(MetadataListener):
             await listener.start()
             self.listeners.append(listener)
         self.sync = MetadataSync(self.store, self.cache, loop)
-        self.sync.listeners = [self, self.replicas, self.controller]
+        # The group coordination follows offsets-partition leadership once the replica manager has applied it.
+        self.sync.listeners = [self, self.replicas, self.controller, self.group_coordination]
         self.replicas.write_state = self._write_partition_state
         self.replicas.may_join_isr = self._may_join_isr
         self.replicas.apply_written_state = self.sync.apply_written_state
@@ -142,7 +152,16 @@ class Broker(MetadataListener):
             # Checked at half the lag time so a follower leaves the ISR within 1.5x replica.lag.time.max.ms.
             loop.create_task(self._every(self.config["replica.lag.time.max.ms"] / 2000, self._check_isr_lag)),
             loop.create_task(self._every(PRODUCER_SNAPSHOT_INTERVAL_S, self._producer_housekeeping)),
+            loop.create_task(
+                self._every(
+                    self.config["offsets.retention.check.interval.ms"] / 1000,
+                    self.group_coordination.expire_offsets,
+                )
+            ),
         ]
+        if self.config["log.cleaner.enable"]:
+            cleaner_interval_s = self.config["log.cleaner.backoff.ms"] / 1000
+            self._tasks.append(loop.create_task(self._every(cleaner_interval_s, self._clean_logs)))
         log.info(
             "event=broker_started broker_id=%d cluster_id=%s listeners=%s seconds=%.2f",
             self.broker_id,
@@ -205,6 +224,7 @@ class Broker(MetadataListener):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.liveness.stop()
+        await self.group_coordination.stop()  # pending joins and syncs answer NOT_COORDINATOR
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
         if await self.controller.stop():
@@ -350,6 +370,9 @@ class Broker(MetadataListener):
         deleted = await asyncio.to_thread(self.log_manager.run_retention)
         if deleted:
             log.info("event=retention segments_deleted=%d", deleted)
+
+    async def _clean_logs(self) -> None:
+        await asyncio.to_thread(self.log_manager.run_cleaner)
 
     async def _flush(self) -> None:
         await asyncio.to_thread(self.log_manager.run_flush)

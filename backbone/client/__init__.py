@@ -2,6 +2,7 @@
 
 from backbone.client.accumulator import RecordFuture
 from backbone.client.admin import AsyncAdmin
+from backbone.client.admin_groups import GroupDescription, GroupListing, MemberDescription
 from backbone.client.admin_replicas import PartitionReassignment, ReplicaInfo
 from backbone.client.admin_types import (
     ClusterDescription,
@@ -17,6 +18,7 @@ from backbone.client.consumer import AsyncConsumer
 from backbone.client.errors import (
     BufferExhaustedError,
     ClientClosedError,
+    CommitFailedError,
     ConfigError,
     IllegalStateError,
     KafkaClientError,
@@ -28,12 +30,14 @@ from backbone.client.errors import (
 from backbone.client.producer import AsyncProducer
 from backbone.client.structs import (
     ConsumerRecord,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordList,
     RecordMetadata,
     TimestampType,
     TopicPartition,
 )
+from backbone.client.subscription import ConsumerRebalanceListener
 from backbone.client.sync import Admin, Consumer, Producer
 
 __all__ = [
@@ -45,19 +49,25 @@ __all__ = [
     "BufferExhaustedError",
     "ClientClosedError",
     "ClusterDescription",
+    "CommitFailedError",
     "ConfigEntry",
     "ConfigError",
     "ConfigResource",
     "ConfigResourceType",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "GroupDescription",
+    "GroupListing",
     "IllegalStateError",
     "KafkaClientError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MemberDescription",
     "NewTopic",
     "NoBrokersAvailable",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "OffsetSpec",
     "PartitionInfo",

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from backbone.client.admin_groups import GroupAdminMixin
 from backbone.client.admin_replicas import ReplicaAdminMixin
 from backbone.client.admin_types import (
     ClusterDescription,
@@ -72,7 +73,7 @@ def _raise_failures(results: dict[K, V], errors: dict[K, KafkaError]) -> dict[K,
     raise first
 
 
-class AsyncAdmin(ReplicaAdminMixin):
+class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
     """Administers a cluster from asyncio code. Configure with Kafka admin property names."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:

@@ -186,7 +186,15 @@ class BrokerConnection:
             return
         if self._connect_task is None:
             self._connect_task = asyncio.ensure_future(self._connect())
-        await asyncio.shield(self._connect_task)
+        try:
+            await asyncio.shield(self._connect_task)
+        except asyncio.CancelledError:
+            # `abort` cancels an attempt in progress: its waiters get a connection error, not a
+            # cancellation they never asked for (which would end their task). Their own cancellation passes.
+            task = asyncio.current_task()
+            if (task is not None and task.cancelling()) or self._closed is None:
+                raise
+            raise KafkaConnectionError(f"connection to {self.address} closed while connecting") from None
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()

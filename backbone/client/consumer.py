@@ -5,24 +5,44 @@
     consumer.assign([TopicPartition("events", 0)])
     batch = await consumer.poll(timeout_ms=1000)     # {TopicPartition: [ConsumerRecord, ...]}
 
-Partitions are assigned by hand for now; group membership (`subscribe`, committed offsets) comes later and
-will plug in beside `assign`. Positions start where `seek` put them, or per `auto.offset.reset` (earliest,
-latest, or none: OffsetOutOfRangeError). The fetching itself, pipelined ahead of `poll`, is in `fetcher.py`.
+Partitions are either assigned by hand (`assign`) or, with a `group.id`, shared out among the group's
+members (`subscribe` to topics or a pattern; `consumer_group.py` and `group_membership.py`), with committed
+offsets (`commit`, `commit_async`, auto-commit, `committed`). Positions start at the group's committed offset,
+where `seek` put them, or per `auto.offset.reset` (earliest, latest, or none: OffsetOutOfRangeError). The
+fetching itself, pipelined ahead of `poll`, is in `fetcher.py`.
+
+    consumer = AsyncConsumer(bootstrap_servers="localhost:9092", group_id="billing", enable_auto_commit=False)
+    consumer.subscribe(topics=["events"], listener=my_listener)
+    while True:
+        batch = await consumer.poll(timeout_ms=1000)
+        process(batch)
+        await consumer.commit()        # at-least-once: commit what was processed
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backbone.client.cluster import ClusterClient
 from backbone.client.config import CONSUMER_OPTIONS, resolve
 from backbone.client.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
 from backbone.client.fetcher import EARLIEST, LATEST, Fetcher, PartitionState
-from backbone.client.structs import ConsumerRecord, OffsetAndTimestamp, RecordList, TopicPartition
+from backbone.client.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordList,
+    TopicPartition,
+)
+from backbone.client.subscription import CommitCallback, Subscription
+
+if TYPE_CHECKING:
+    from backbone.client.consumer_group import ConsumerGroup
 
 __all__ = ["AsyncConsumer"]
 
@@ -49,6 +69,12 @@ class AsyncConsumer:
                 return key, value
 
         self.fetcher = Fetcher(self.cluster, cfg, deserialize)
+        self.group: ConsumerGroup | None = None
+        if cfg["group.id"] is not None:
+            from backbone.client.consumer_group import ConsumerGroup
+
+            self.group = ConsumerGroup(self.cluster, self.fetcher, cfg)
+        self._subscribed = False
         self._iterator_buffer: collections.deque[ConsumerRecord] = collections.deque()
         self._started = False
         self._closed = False
@@ -61,6 +87,8 @@ class AsyncConsumer:
             self._started = True
             self.cluster.start()
             self.fetcher.start()
+            if self.group is not None:
+                self.group.start()
 
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()
@@ -69,10 +97,15 @@ class AsyncConsumer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
+        """Commit (with auto-commit), leave the group, and stop; `timeout` (s) bounds the commit."""
         if self._closed:
             return
         self._closed = True
+        if self.group is not None and self._started:
+            await self.group.close(
+                self.config["default.api.timeout.ms"] / 1000 if timeout is None else timeout
+            )
         await self.fetcher.stop()
         await self.cluster.close()
 
@@ -85,24 +118,58 @@ class AsyncConsumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replacing any earlier assignment); positions of kept ones stay."""
         self._check_open()
+        if self._subscribed:
+            raise IllegalStateError(
+                "assign() after subscribe(): unsubscribe() first; a consumer does one or the other"
+            )
         wanted = [TopicPartition(*tp) for tp in partitions]
         old = self.fetcher.assignment
         self.fetcher.assignment = {tp: old.get(tp) or PartitionState() for tp in wanted}
         self.cluster.add_topics({tp.topic for tp in wanted})
+        if self.group is not None:
+            self.group.start_from_committed([tp for tp in wanted if tp not in old])
         self.fetcher.wakeup()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.fetcher.assignment)
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Group subscription is not available yet: assign partitions with `assign`."""
-        raise IllegalStateError(
-            "subscribe() needs consumer group membership, which this client does not have yet; "
-            "use assign([TopicPartition(topic, partition), ...]) instead"
-        )
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | None = None,
+        pattern: str | re.Pattern[str] | None = None,
+        listener: Any = None,
+    ) -> None:
+        """Join the group (`group.id`) reading `topics`, or every topic matching `pattern` (a regex matched
+        against whole names, re-checked as topics appear). The group's members share the partitions;
+        `listener` (see `ConsumerRebalanceListener`) hears of partitions revoked, assigned and lost. The
+        group is joined by the next `poll`. Subscribing again replaces the subscription."""
+        self._check_open()
+        if self.group is None:
+            raise IllegalStateError(
+                "subscribe() needs a group.id (set group_id=...); without a group, use "
+                "assign([TopicPartition(topic, partition), ...])"
+            )
+        if self.fetcher.assignment and not self._subscribed:
+            raise IllegalStateError(
+                "subscribe() after assign(): assign([]) first; a consumer does one or the other"
+            )
+        self.group.subscribe(Subscription.create(topics, pattern, listener))
+        self._subscribed = True
 
-    def unsubscribe(self) -> None:
-        self.assign([])
+    def subscription(self) -> set[str]:
+        """The topics subscribed to (for a pattern: those it matches now); empty when not subscribed."""
+        if self.group is None or self.group.subscription is None:
+            return set()
+        return set(self.group.subscription.matched)
+
+    async def unsubscribe(self) -> None:
+        """Stop reading every partition: a subscription is revoked (commits first with auto-commit) and the
+        group left; manually assigned partitions are dropped."""
+        if self._subscribed and self.group is not None:
+            self._subscribed = False
+            await self.group.unsubscribe()
+        else:
+            self.assign([])
 
     def _state(self, tp: TopicPartition) -> PartitionState:
         state = self.fetcher.assignment.get(TopicPartition(*tp))
@@ -188,18 +255,31 @@ class AsyncConsumer:
         await self.start()
         limit = max_records or self.config["max.poll.records"]
         deadline = time.monotonic() + timeout_ms / 1000
+        group = self.group if self._subscribed else None
+        if self.group is not None and group is None:
+            self.group.maybe_auto_commit()  # manually assigned partitions of a consumer with a group.id
+        first = True
         while True:
+            if group is not None:
+                if first or group.needs_join:
+                    # Rebalances (and listener calls) happen here, between polls, as in Kafka's consumer.
+                    await group.before_poll(max(deadline - time.monotonic(), 0.0))
+                group.polling()
+            first = False
             records = self.fetcher.drain(limit)
             if records:
                 return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return {}
+            # A group member looks up now and then whether a rebalance started while it waits.
+            wait = remaining if group is None else min(remaining, group.check_interval_s)
             try:
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(wait):
                     await self.fetcher.data_ready.wait()
             except TimeoutError:
-                return self.fetcher.drain(limit)
+                if wait >= remaining:
+                    return self.fetcher.drain(limit)
 
     async def getmany(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -219,6 +299,53 @@ class AsyncConsumer:
             for records in (await self.poll(timeout_ms=1000)).values():
                 buffered.extend(records)
         return buffered.popleft()
+
+    # -- committed offsets ------------------------------------------------------------------------
+
+    def _group(self) -> ConsumerGroup:
+        self._check_open()
+        if self.group is None:
+            raise IllegalStateError("committed offsets belong to a group: set group_id=... on the consumer")
+        return self.group
+
+    def _api_timeout(self, timeout_ms: int | None) -> float:
+        return (self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms) / 1000
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit `offsets` ({tp: OffsetAndMetadata(next offset to read, metadata)}), or by default the
+        position of every assigned partition (the offset after the last record poll returned), and wait for
+        the coordinator to store them. Raises CommitFailedError when the group rebalanced meanwhile."""
+        group = self._group()
+        await self.start()
+        await group.commit(offsets, self._api_timeout(timeout_ms))
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> asyncio.Task[None]:
+        """`commit` in the background; `callback(offsets, exception_or_None)` runs on the event loop when
+        done. Returns the task (awaiting it is optional; it never raises)."""
+        group = self._group()
+        if not self._started:
+            raise IllegalStateError("start() the consumer (or poll) before commit_async()")
+        return group.commit_async(offsets, callback)
+
+    async def committed(
+        self, partitions: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> OffsetAndMetadata | dict[TopicPartition, OffsetAndMetadata | None] | None:
+        """The group's committed offset of one partition (None when nothing is committed), or a dict of
+        them for several."""
+        group = self._group()
+        await self.start()
+        if isinstance(partitions, TopicPartition):
+            return (await group.committed([partitions], self._api_timeout(timeout_ms)))[partitions]
+        return await group.committed(partitions, self._api_timeout(timeout_ms))
 
     # -- offsets lookups --------------------------------------------------------------------------
 

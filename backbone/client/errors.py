@@ -13,6 +13,7 @@ from backbone.protocol.errors import KafkaError, error_class, error_for
 __all__ = [
     "BufferExhaustedError",
     "ClientClosedError",
+    "CommitFailedError",
     "ConfigError",
     "IllegalStateError",
     "KafkaClientError",
@@ -64,6 +65,14 @@ class IllegalStateError(KafkaClientError):
 
 class ClientClosedError(IllegalStateError):
     """The producer, consumer or admin client was closed; create a new one."""
+
+
+class CommitFailedError(KafkaClientError):
+    """A commit cannot succeed: the group rebalanced and the partitions may belong to another member now.
+
+    Records since the last successful commit may be read again by whoever owns them next. Poll again
+    (rejoining the group) and go on; Kafka's consumer raises CommitFailedException for the same reason.
+    """
 
 
 def is_retriable(error: BaseException) -> bool:

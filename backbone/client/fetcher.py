@@ -98,6 +98,8 @@ class PartitionState:
     log_start_offset: int = -1
     buffered: collections.deque[CompletedFetch] = field(default_factory=collections.deque)
     error: BaseException | None = None
+    awaiting_committed: bool = False
+    """Not fetched yet: the group's committed offset is being looked up (see consumer_group.py)."""
 
     def seek(self, offset: int | None, reset_to: int | None = None) -> None:
         self.position = self.fetch_position = offset
@@ -106,6 +108,7 @@ class PartitionState:
         self.generation += 1
         self.buffered.clear()
         self.error = None
+        self.awaiting_committed = False
 
 
 def scan_batches(records: bytes | bytearray | memoryview) -> tuple[list[int], int | None]:
@@ -184,7 +187,7 @@ class Fetcher:
         fetches: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
         resets: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
         for tp, state in self.assignment.items():
-            if state.paused or state.error is not None:
+            if state.paused or state.error is not None or state.awaiting_committed:
                 continue
             if state.reset_to is None and state.fetch_position is None:
                 if self.default_reset is None:

@@ -11,6 +11,7 @@ from backbone.protocol.records import Header
 __all__ = [
     "ConsumerRecord",
     "Header",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "RecordList",
     "RecordMetadata",
@@ -70,6 +71,14 @@ class OffsetAndTimestamp(NamedTuple):
 
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the offset of the next record to read, with the committer's note."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
 
 
 _new_tuple = tuple.__new__

@@ -23,6 +23,12 @@ HANDLER_MODULES = (
     "elect_leaders",
     "reassignments",
     "describe_log_dirs",
+    "find_coordinator",
+    "offset_commit",
+    "offset_fetch",
+    "group_deletion",
+    "group_membership",
+    "group_listing",
 )
 
 

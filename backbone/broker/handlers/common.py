@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections.abc import Iterable
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
@@ -17,6 +18,8 @@ from kio.static.primitive import i32Timedelta
 from backbone.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @cache
@@ -53,3 +56,11 @@ def error_code_of(exc: BaseException) -> ErrorCode:
 
 def error_message_of(exc: BaseException) -> str:
     return exc.message if isinstance(exc, KafkaError) else "unexpected server error"
+
+
+def by_topic(rows: Iterable[tuple[str, T]]) -> dict[str, list[T]]:
+    """Per-partition answers grouped under their topic, in the order topics first appear."""
+    grouped: dict[str, list[T]] = {}
+    for topic, row in rows:
+        grouped.setdefault(topic, []).append(row)
+    return grouped

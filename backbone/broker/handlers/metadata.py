@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import RequestContext
+from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.coordination import paths
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
@@ -74,6 +75,11 @@ async def _auto_create(broker: Broker, topics: list[str]) -> set[str]:
     factor = min(broker.config["default.replication.factor"], max(live, 1))
     for topic in topics:
         try:
+            if topic == OFFSETS_TOPIC:
+                # An internal topic has its own partition count, replication and compaction (as Kafka).
+                await broker.group_coordination.ensure_offsets_topic()
+                created.add(topic)
+                continue
             await broker.zk(broker.store.create_topic, topic, partitions, factor)
             created.add(topic)
             log.info(
