@@ -11,7 +11,18 @@ from backbone import __version__
 from backbone.protocol.errors import KafkaError
 
 # Each entry names a module in this package that defines `register(subparsers)`.
-_COMMAND_MODULES = ("servers", "dev", "topics", "leaders", "produce", "consume")
+_COMMAND_MODULES = (
+    "servers",
+    "dev",
+    "topics",
+    "leaders",
+    "produce",
+    "consume",
+    "groups",
+    "perf",
+    "mirror",
+    "audit",
+)
 
 
 class UsageError(Exception):

@@ -102,6 +102,13 @@ PRODUCER_OPTIONS: dict[str, Option] = {
         Option("partitioner", "callable", None),
         Option("key.serializer", "callable", None),
         Option("value.serializer", "callable", None),
+        # Completeness audit (client/audit.py): count acknowledged records per topic and time bucket.
+        Option("audit.enable", "bool", False),
+        Option("audit.bootstrap.servers", "list", None),  # None: this producer's own cluster
+        Option("audit.topic", "str", "__audit"),
+        Option("audit.tier", "str", "producer"),
+        Option("audit.interval.ms", "int", 10_000, _at_least(1)),
+        Option("audit.bucket.ms", "int", 600_000, _at_least(1)),
     )
 }
 
@@ -109,8 +116,17 @@ CONSUMER_OPTIONS: dict[str, Option] = {
     option.name: option
     for option in (
         *_COMMON,
-        # Accepted for the group membership to come; assign() works without it.
+        # Group membership (subscribe, commits): see group_membership.py and consumer_group.py.
         Option("group.id", "str", None),
+        Option("group.instance.id", "str", None),
+        Option("session.timeout.ms", "int", 45_000, _at_least(1)),
+        Option("heartbeat.interval.ms", "int", 3_000, _at_least(1)),
+        Option("max.poll.interval.ms", "int", 300_000, _at_least(1)),
+        Option("enable.auto.commit", "bool", True),
+        Option("auto.commit.interval.ms", "int", 5_000, _at_least(0)),
+        Option("partition.assignment.strategy", "list", ["range", "cooperative-sticky"]),
+        Option("exclude.internal.topics", "bool", True),
+        Option("default.api.timeout.ms", "int", 60_000, _at_least(1)),
         Option("fetch.min.bytes", "int", 1, _at_least(0)),
         Option("fetch.max.wait.ms", "int", 500, _at_least(0)),
         Option("max.partition.fetch.bytes", "int", 1_048_576, _at_least(1)),
@@ -223,8 +239,22 @@ def _check_together(what: str, config: dict[str, Any]) -> None:
             raise ConfigError(f"{what} property 'bootstrap.servers': {error}") from None
     if what == "producer":
         _check_producer(config)
-    if what == "consumer" and config["fetch.max.bytes"] < config["fetch.min.bytes"]:
+    if what == "consumer":
+        _check_consumer(config)
+
+
+def _check_consumer(config: dict[str, Any]) -> None:
+    if config["fetch.max.bytes"] < config["fetch.min.bytes"]:
         raise ConfigError("consumer property 'fetch.max.bytes' must not be below 'fetch.min.bytes'")
+    if config["heartbeat.interval.ms"] >= config["session.timeout.ms"]:
+        raise ConfigError(
+            "consumer property 'heartbeat.interval.ms' must be below 'session.timeout.ms' "
+            "(a third of it is usual)"
+        )
+    if config["group.instance.id"] is not None and config["group.id"] is None:
+        raise ConfigError("consumer property 'group.instance.id' needs 'group.id' to be set too")
+    if config["group.id"] is not None and not config["group.id"]:
+        raise ConfigError("consumer property 'group.id' must not be empty (leave it unset for no group)")
 
 
 def _check_producer(config: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
+from backbone.client import audit
 from backbone.client.accumulator import AsyncRecordFuture, BufferPool, ProducerBatch, RecordAccumulator
 from backbone.client.cluster import ClusterClient, ClusterMetadata
 from backbone.client.config import PRODUCER_OPTIONS, resolve
@@ -129,6 +130,14 @@ class AsyncProducer:
         )
         self.idempotence = IdempotenceState() if cfg["enable.idempotence"] else None
         self.sender = Sender(self.cluster, self.accumulator, cfg, self.idempotence)
+        self.audit = _audit_publisher(cfg) if cfg["audit.enable"] else None
+        if self.audit is not None:
+            counter = self.audit.counter
+            self.sender.on_acknowledged = lambda batch: counter.add_timestamps(
+                batch.tp.topic, batch.timestamps
+            )
+        self._audit_stop = asyncio.Event()
+        self._audit_task: asyncio.Task[None] | None = None
         self._sticky = StickyPartitioner()
         self._topics: dict[str, _TopicState] = {}
         self._key_serializer = cfg["key.serializer"]
@@ -151,6 +160,11 @@ class AsyncProducer:
             self._started = True
             self.cluster.start()
             self.sender.start()
+            if self.audit is not None:
+                interval = self.config["audit.interval.ms"]
+                self._audit_task = asyncio.create_task(
+                    self.audit.run_periodically(interval, self._audit_stop)
+                )
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -189,6 +203,16 @@ class AsyncProducer:
                 ClientClosedError("the producer was closed before this record was delivered")
             )
         await self.cluster.close()
+        await self._close_audit(timeout)
+
+    async def _close_audit(self, timeout: float | None) -> None:
+        """Publish the last counts (everything acknowledged is counted by now) and stop auditing."""
+        if self.audit is None:
+            return
+        self._audit_stop.set()
+        if self._audit_task is not None:
+            await self._audit_task
+        await self.audit.close(timeout if timeout is not None else 30.0)
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -412,6 +436,13 @@ class AsyncProducer:
             f"a record of about {size} bytes does not fit max.request.size ({limit}); raise "
             "max.request.size (and the topic's max.message.bytes) or send smaller records"
         )
+
+
+def _audit_publisher(config: Mapping[str, Any]) -> audit.AuditPublisher:
+    """The publisher of an audited producer's counts (`audit.enable=true`)."""
+    counter = audit.AuditCounter(config["audit.tier"], config["audit.bucket.ms"])
+    servers = config["audit.bootstrap.servers"] or config["bootstrap.servers"]
+    return audit.AuditPublisher(counter, servers, config["audit.topic"])
 
 
 def _record_size_bound(record: tuple[Any, ...]) -> int:

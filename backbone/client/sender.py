@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from backbone.client.accumulator import ProducerBatch, RecordAccumulator
@@ -87,6 +87,8 @@ class Sender:
         self._connecting: set[int] = set()
         self._completed = asyncio.Condition()
         self._completion_waiters = 0
+        self.on_acknowledged: Callable[[ProducerBatch], None] | None = None
+        """Called with each batch the broker acknowledged (the producer's audit counts it)."""
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
@@ -378,6 +380,8 @@ class Sender:
             self.idempotence.acknowledged(batch)
         self.accumulator.pool.release(batch.reserved)
         batch.complete(base_offset, log_append_time, None)
+        if self.on_acknowledged is not None:
+            self.on_acknowledged(batch)
 
     def _settle_error(self, batch: ProducerBatch, error: BaseException, log_start_offset: int) -> None:
         self._forget_in_flight(batch)

@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from backbone.client.consumer import AsyncConsumer
 from backbone.client.errors import KafkaTimeoutError
 from backbone.client.producer import AsyncProducer, Callback, MakeFuture, MustWait
 from backbone.client.structs import ConsumerRecord, RecordList, TopicPartition
+from backbone.client.subscription import CommitCallback, check_listener
 
 __all__ = ["Admin", "Consumer", "Producer"]
 
@@ -196,8 +198,33 @@ class Producer(_Facade):
     metrics = _on_loop("metrics", AsyncProducer)
 
 
+class _ThreadedListener:
+    """A blocking consumer's rebalance listener, run on a worker thread while the event loop waits for it,
+    so the listener may call the consumer's blocking methods (`commit` in `on_partitions_revoked`)."""
+
+    def __init__(self, listener: Any) -> None:
+        check_listener(listener)
+        self._listener = listener
+
+    async def _call(self, name: str, partitions: set[TopicPartition]) -> None:
+        method = getattr(self._listener, name, None)
+        if method is None and name == "on_partitions_lost":
+            method = getattr(self._listener, "on_partitions_revoked", None)
+        if method is not None:
+            await asyncio.to_thread(method, partitions)
+
+    async def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        await self._call("on_partitions_revoked", partitions)
+
+    async def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        await self._call("on_partitions_assigned", partitions)
+
+    async def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        await self._call("on_partitions_lost", partitions)
+
+
 class Consumer(_Facade):
-    """Blocking consumer (manual assignment): see AsyncConsumer for every method."""
+    """Blocking consumer: see AsyncConsumer for every method."""
 
     _core: AsyncConsumer
 
@@ -205,12 +232,42 @@ class Consumer(_Facade):
         super().__init__(lambda: AsyncConsumer(config, **kwargs), "backbone-consumer")
 
     def close(self, timeout: float | None = None) -> None:
-        super().close()
+        """Commit (with auto-commit, bounded by `timeout` s), leave the group, and stop."""
+        super().close(timeout)
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | None = None,
+        pattern: str | re.Pattern[str] | None = None,
+        listener: Any = None,
+    ) -> None:
+        """Join the group reading `topics` or every topic matching `pattern`; see AsyncConsumer.subscribe.
+        The listener's methods run on a worker thread and may call this consumer's methods."""
+        wrapped = None if listener is None else _ThreadedListener(listener)
+        self._on_loop(self._core.subscribe, topics, pattern, wrapped)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, Any] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> concurrent.futures.Future[None]:
+        """Commit in the background; `callback(offsets, exception_or_None)` runs on the consumer's loop
+        thread (it must not call this consumer's blocking methods). The future completes when done."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def start() -> None:
+            task = self._core.commit_async(offsets, callback)
+            task.add_done_callback(lambda _: done.set_result(None))
+
+        self._on_loop(start)
+        return done
 
     assign = _on_loop("assign", AsyncConsumer)
     assignment = _on_loop("assignment", AsyncConsumer)
-    subscribe = _on_loop("subscribe", AsyncConsumer)
-    unsubscribe = _on_loop("unsubscribe", AsyncConsumer)
+    subscription = _on_loop("subscription", AsyncConsumer)
+    unsubscribe = _blocking("unsubscribe", AsyncConsumer)
+    commit = _blocking("commit", AsyncConsumer)
+    committed = _blocking("committed", AsyncConsumer)
     pause = _on_loop("pause", AsyncConsumer)
     resume = _on_loop("resume", AsyncConsumer)
     paused = _on_loop("paused", AsyncConsumer)
@@ -262,3 +319,10 @@ class Admin(_Facade):
     alter_partition_reassignments = _blocking("alter_partition_reassignments", AsyncAdmin)
     list_partition_reassignments = _blocking("list_partition_reassignments", AsyncAdmin)
     describe_log_dirs = _blocking("describe_log_dirs", AsyncAdmin)
+    list_consumer_groups = _blocking("list_consumer_groups", AsyncAdmin)
+    describe_consumer_groups = _blocking("describe_consumer_groups", AsyncAdmin)
+    delete_consumer_groups = _blocking("delete_consumer_groups", AsyncAdmin)
+    list_consumer_group_offsets = _blocking("list_consumer_group_offsets", AsyncAdmin)
+    alter_consumer_group_offsets = _blocking("alter_consumer_group_offsets", AsyncAdmin)
+    delete_consumer_group_offsets = _blocking("delete_consumer_group_offsets", AsyncAdmin)
+    consumer_group_lag = _blocking("consumer_group_lag", AsyncAdmin)

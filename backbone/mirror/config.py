@@ -8,6 +8,7 @@
     target.topic.config.retention.ms=604800000    target.replication.factor=3
     source.consumer.<key>=...   target.producer.<key>=...   (any client setting, passed through)
     metrics.port=9400
+    audit.bootstrap.servers=127.0.0.1:9192   (publish counts of what was copied; see backbone/mirror/audit.py)
 
 The mirror's own keys are checked (an unknown one is an error naming the closest known key); the
 `source.consumer.`, `target.producer.` and `target.topic.config.` families pass through to the clients and
@@ -57,6 +58,17 @@ SPECS = {
             "commit.interval.ms", int, 1000, minimum=0, doc="how often acknowledged offsets are committed"
         ),
         Property("progress.interval.ms", int, 10_000, minimum=0, doc="how often a progress line is logged"),
+        Property(
+            "audit.bootstrap.servers",
+            str,
+            "",
+            doc="publish audit counts of the copied records there; '': none",
+        ),
+        Property("audit.topic", str, "__audit", doc="the audit topic counts are published to"),
+        Property(
+            "audit.bucket.ms", int, 600_000, minimum=1, doc="the audit's time bucket (by record timestamp)"
+        ),
+        Property("audit.interval.ms", int, 10_000, minimum=1, doc="how often audit counts are published"),
     )
 }
 
@@ -81,6 +93,10 @@ class MirrorConfig:
     consumer: dict[str, Any] = field(default_factory=dict)
     producer: dict[str, Any] = field(default_factory=dict)
     topic_configs: dict[str, str] = field(default_factory=dict)
+    audit_bootstrap: str = ""
+    audit_topic: str = "__audit"
+    audit_bucket_ms: int = 600_000
+    audit_interval_ms: int = 10_000
 
     @classmethod
     def from_properties(cls, raw: Mapping[str, Any]) -> MirrorConfig:
@@ -123,6 +139,10 @@ class MirrorConfig:
             consumer=family(CONSUMER_PREFIX),
             producer=family(PRODUCER_PREFIX),
             topic_configs={k: str(v) for k, v in family(TOPIC_CONFIG_PREFIX).items()},
+            audit_bootstrap=values["audit.bootstrap.servers"],
+            audit_topic=values["audit.topic"],
+            audit_bucket_ms=values["audit.bucket.ms"],
+            audit_interval_ms=values["audit.interval.ms"],
         )
 
     def subscription_pattern(self) -> str:

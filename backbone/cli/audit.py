@@ -1,0 +1,156 @@
+"""`backbone audit`: count a cluster's records for the completeness audit, and report on completeness.
+
+    backbone audit count --bootstrap-server DC1 --tier dc1 --publish-to AGGREGATE
+    backbone audit count --bootstrap-server AGGREGATE --tier aggregate
+    backbone audit report --bootstrap-server AGGREGATE [--topic T] [--since 2h] [--json]
+
+`count` runs until stopped (SIGTERM/Ctrl-C). `report` exits 0 when the aggregate holds every record the
+baseline tiers (the audited producers by default) counted, 1 when some are missing (naming the buckets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import re
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+
+from backbone.cli import UsageError
+from backbone.cli.connect import (
+    CommandFailed,
+    admin_session,
+    connection_options,
+    int_at_least,
+    reports_failures,
+)
+
+_DEFAULT_TOPIC = "__audit"  # backbone.client.audit.DEFAULT_TOPIC (not imported: the client loads slowly)
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("audit", help="completeness audit: count records per tier, report")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    common = [connection_options()]
+
+    count = actions.add_parser(
+        "count", parents=common, help="count a cluster's records per topic and time bucket, until stopped"
+    )
+    count.add_argument("--tier", required=True, help="this cluster's tier name, e.g. dc1 or aggregate")
+    count.add_argument(
+        "--publish-to", metavar="HOST:PORT,..", help="the cluster holding the audit topic (default: this one)"
+    )
+    count.add_argument("--audit-topic", default=_DEFAULT_TOPIC, help=f"default {_DEFAULT_TOPIC}")
+    count.add_argument(
+        "--bucket-ms", type=int_at_least(1), default=600_000, help="time bucket (default 600000: 10 min)"
+    )
+    count.add_argument(
+        "--interval-ms", type=int_at_least(1), default=10_000, help="how often counts are published"
+    )
+    count.add_argument("--group", help="consumer group id (default audit-TIER)")
+    count.add_argument("--exclude", default=r"__.*", help="topics not counted (default __.*, internal)")
+    count.set_defaults(handler=reports_failures(_count))
+
+    report = actions.add_parser("report", parents=common, help="compare the tiers' counts: completeness")
+    report.add_argument("--audit-topic", default=_DEFAULT_TOPIC, help=f"default {_DEFAULT_TOPIC}")
+    report.add_argument("--topic", action="append", default=[], help="only this topic (repeatable)")
+    report.add_argument(
+        "--since", help="only buckets ending after this: 2h, 30m, an ISO time or epoch milliseconds"
+    )
+    report.add_argument(
+        "--baseline-tier",
+        default="producer",
+        help="tiers whose sum is expected in the aggregate, comma separated (default producer)",
+    )
+    report.add_argument("--aggregate-tier", default="aggregate", help="the tier checked (default aggregate)")
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.set_defaults(handler=reports_failures(_report))
+
+
+def parse_since(text: str, now_ms: int | None = None) -> int:
+    """`2h`/`30m`/`45s`/`1d` before now, an ISO 8601 time (UTC unless it says), or epoch milliseconds."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    relative = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if relative:
+        return now_ms - int(relative[1]) * _UNITS_MS[relative[2]]
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: use a duration (30m, 2h, 1d), an ISO time (2026-01-31T10:00) or epoch ms"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _count(args: argparse.Namespace) -> int:
+    from backbone.mirror.audit import AuditorSettings, ClusterAuditor
+
+    try:
+        re.compile(args.exclude)
+    except re.error as error:
+        raise UsageError(f"--exclude {args.exclude!r} is not a valid regular expression: {error}") from None
+    # Fail at once, naming the cause, when the counted cluster or the one publishing to does not answer.
+    with admin_session(args):
+        pass
+    if args.publish_to and args.publish_to != args.bootstrap_server:
+        with admin_session(argparse.Namespace(**{**vars(args), "bootstrap_server": args.publish_to})):
+            pass
+    settings = AuditorSettings(
+        bootstrap_servers=args.bootstrap_server,
+        tier=args.tier,
+        publish_to=args.publish_to or args.bootstrap_server,
+        audit_topic=args.audit_topic,
+        bucket_ms=args.bucket_ms,
+        interval_ms=args.interval_ms,
+        group_id=args.group or "",
+        exclude_regex=args.exclude,
+    )
+    logging.getLogger("backbone.mirror").setLevel(min(logging.INFO, logging.getLogger().level))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, stop.set)
+        await ClusterAuditor(settings).run(stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from backbone.mirror.audit import read_audit_counts
+    from backbone.mirror.audit_report import render_text, summarize, to_json
+
+    since = parse_since(args.since) if args.since else None
+    baseline = [tier.strip() for tier in args.baseline_tier.split(",") if tier.strip()]
+    if not baseline:
+        raise UsageError("--baseline-tier names no tier")
+    with admin_session(args):
+        pass
+    try:
+        messages, malformed = read_audit_counts(args.bootstrap_server, args.audit_topic)
+    except LookupError:
+        raise CommandFailed(
+            f"the cluster at {args.bootstrap_server} has no audit topic {args.audit_topic!r} yet: run "
+            "`backbone audit count` (or an audited producer or mirror) publishing to it"
+        ) from None
+    except TimeoutError as error:
+        raise CommandFailed(str(error)) from None
+    if malformed:
+        print(f"backbone audit: skipped {malformed} records that are not audit counts", file=sys.stderr)
+    report = summarize(messages, baseline, args.aggregate_tier, args.topic or None, since)
+    if args.json:
+        print(json.dumps(to_json(report), indent=2))
+    else:
+        sys.stdout.write(render_text(report))
+    return 0 if report.complete else 1

@@ -1,0 +1,177 @@
+"""A cluster's audit tier (`backbone audit count`), and reading the audit topic back for the report.
+
+`ClusterAuditor` is a consumer group over every topic of one cluster but the internal ones (`__.*`, the
+audit topic among them). It counts the records it reads per topic and time bucket (by record timestamp)
+and publishes the counts (see backbone/client/audit.py for the message format) to the audit topic of the
+cluster it is told to publish to. Its offsets are committed only after the counts covering them were
+acknowledged, so a process killed at any moment loses no count; it may count some records twice (the
+ones read after the last commit), which the report shows as extra records at that tier, never as missing.
+
+Run one per datacenter cluster (tier `dc1`, ...) and one on the aggregate cluster (tier `aggregate`);
+several processes with the same tier share the partitions through their group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backbone.client import (
+    AsyncConsumer,
+    CommitFailedError,
+    Consumer,
+    ConsumerRebalanceListener,
+    KafkaClientError,
+    KafkaError,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from backbone.client.audit import (
+    DEFAULT_BUCKET_MS,
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOPIC,
+    AuditCount,
+    AuditCounter,
+    AuditPublisher,
+)
+
+log = logging.getLogger(__name__)
+
+_POLL_MS = 500
+INTERNAL_TOPICS = r"__.*"
+
+
+def mirror_tier(source_alias: str, target_alias: str) -> str:
+    """The tier name a mirror counts under."""
+    return f"mirror-{source_alias}-{target_alias}"
+
+
+@dataclass(frozen=True)
+class AuditorSettings:
+    bootstrap_servers: str
+    tier: str
+    publish_to: str  # the cluster holding the audit topic (normally the aggregate)
+    audit_topic: str = DEFAULT_TOPIC
+    bucket_ms: int = DEFAULT_BUCKET_MS
+    interval_ms: int = DEFAULT_INTERVAL_MS
+    group_id: str = ""  # default audit-<tier>
+    exclude_regex: str = INTERNAL_TOPICS
+
+    def subscription_pattern(self) -> str:
+        return f"(?!(?:{self.exclude_regex})$).*"
+
+
+class ClusterAuditor(ConsumerRebalanceListener):
+    def __init__(self, settings: AuditorSettings, consumer_config: Mapping[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.counter = AuditCounter(settings.tier, settings.bucket_ms)
+        self.publisher = AuditPublisher(self.counter, settings.publish_to, settings.audit_topic)
+        self.consumer = AsyncConsumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": settings.group_id or f"audit-{settings.tier}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "client.id": f"audit-{settings.tier}",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 3_000,
+                "metadata.max.age.ms": 5_000,  # new topics are counted within seconds
+                **(consumer_config or {}),
+            }
+        )
+        self._positions: dict[TopicPartition, int] = {}  # next offset after what was counted
+        self._committed: dict[TopicPartition, int] = {}
+        self._last_checkpoint = time.monotonic()
+        self.counted_total = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Count until `stop` is set; then publish and commit what was counted, and close."""
+        self.consumer.subscribe(pattern=self.settings.subscription_pattern(), listener=self)
+        log.info(
+            "event=audit_count_started tier=%s cluster=%s publish_to=%s topic=%s",
+            self.settings.tier,
+            self.settings.bootstrap_servers,
+            self.settings.publish_to,
+            self.settings.audit_topic,
+        )
+        try:
+            while not stop.is_set():
+                polled = await self.consumer.poll(timeout_ms=_POLL_MS)
+                for tp, records in polled.items():
+                    self.counter.add_timestamps(tp.topic, [record.timestamp for record in records])
+                    self._positions[tp] = records[-1].offset + 1
+                    self.counted_total += len(records)
+                if time.monotonic() - self._last_checkpoint >= self.settings.interval_ms / 1000:
+                    await self.checkpoint()
+        finally:
+            with contextlib.suppress(KafkaError, KafkaClientError):
+                await self.checkpoint()
+            await self.publisher.close()
+            with contextlib.suppress(KafkaError, KafkaClientError, OSError):
+                await self.consumer.close()
+
+    async def checkpoint(self, partitions: set[TopicPartition] | None = None) -> None:
+        """Publish the counts, and once they are acknowledged commit the offsets they cover."""
+        self._last_checkpoint = time.monotonic()
+        covered = {
+            tp: offset
+            for tp, offset in self._positions.items()
+            if self._committed.get(tp) != offset and (partitions is None or tp in partitions)
+        }
+        if not await self.publisher.publish():
+            return  # not committed: counted again after a restart rather than lost
+        if not covered:
+            return
+        try:
+            await self.consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in covered.items()})
+        except CommitFailedError as error:
+            log.warning("event=audit_commit_failed partitions=%d error=%r", len(covered), str(error))
+            return
+        self._committed.update(covered)
+        log.info("event=audit_checkpoint partitions=%d counted_total=%d", len(covered), self.counted_total)
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.checkpoint(revoked)
+        self._drop(revoked)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self._drop(lost)
+
+    def _drop(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._positions.pop(tp, None)
+            self._committed.pop(tp, None)
+
+
+def read_audit_counts(
+    bootstrap_servers: str, audit_topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0
+) -> tuple[list[AuditCount], int]:
+    """Every count message in the audit topic up to its current end, and how many records were not audit
+    messages (skipped). Raises LookupError when the topic does not exist."""
+    with Consumer(bootstrap_servers=bootstrap_servers) as consumer:
+        if audit_topic not in consumer.topics():
+            raise LookupError(audit_topic)
+        partitions = [
+            TopicPartition(audit_topic, p) for p in sorted(consumer.partitions_for_topic(audit_topic))
+        ]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        consumer.seek_to_beginning(*partitions)
+        messages: list[AuditCount] = []
+        malformed = 0
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {audit_topic} did not reach its end within {timeout_s} s")
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    try:
+                        messages.append(AuditCount.decode(record.value))
+                    except ValueError:
+                        malformed += 1
+        return messages, malformed
