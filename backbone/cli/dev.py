@@ -6,16 +6,19 @@ import argparse
 import shutil
 from pathlib import Path
 
+from backbone.cli.connect import CommandFailed, reports_failures
 from backbone.dev import topology
+from backbone.dev.processes import StartError
 
 USAGE_AFTER_UP = """
-The backbone is up. Each cluster's bootstrap servers are in {path}.
+The backbone is up. Each cluster's bootstrap servers, and the mirrors, are in {path}.
 
   Produce (any Kafka client works; with kcat):
     echo hello | kcat -P -b {bootstrap} -t pageviews
   Consume:
     kcat -C -b {bootstrap} -t pageviews -o beginning -e
 
+  Mirror logs: {directory}/mirrors/*.out
   Status:  backbone dev status --dir {directory}
   Stop:    backbone dev down --dir {directory}
 """
@@ -25,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("dev", help="a local multi-datacenter backbone on this machine")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    up = actions.add_parser("up", help="start ZooKeeper and the clusters in the background")
+    up = actions.add_parser(
+        "up", help="start ZooKeeper, the clusters and the mirrors into `aggregate` in the background"
+    )
     up.add_argument(
         "--dir", type=Path, default=topology.DEFAULT_DIR, help="state directory (default var/dev)"
     )
@@ -35,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated cluster names (default dc1,dc2,aggregate)",
     )
     up.add_argument("--brokers", type=int, default=3, help="brokers per cluster (default 3)")
-    up.set_defaults(handler=run_up)
+    up.set_defaults(handler=reports_failures(run_up))
 
     down = actions.add_parser("down", help="stop everything `dev up` started")
     down.add_argument("--dir", type=Path, default=topology.DEFAULT_DIR)
@@ -57,9 +62,16 @@ def run_up(args: argparse.Namespace) -> int:
         started = topology.up(args.dir, clusters, args.brokers)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except StartError as exc:
+        raise CommandFailed(str(exc)) from None
     first = next(iter(started.data["clusters"].values()))
     for name, cluster in started.data["clusters"].items():
         print(f"{name:>10}: bootstrap {cluster['bootstrap']}  zookeeper {cluster['zookeeper']}")
+    for mirror in started.mirrors:
+        print(
+            f"{'mirror':>10}: {mirror['source']} -> {mirror['target']}  group {mirror['group']}  "
+            f"metrics http://{mirror['host']}:{mirror['metrics_port']}/metrics"
+        )
     print(
         USAGE_AFTER_UP.format(
             path=started.path, bootstrap=first["bootstrap"].split(",")[0], directory=args.dir

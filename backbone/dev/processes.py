@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,8 +20,117 @@ from backbone.coordination import find_free_port
 READY_MARKER = "ready on"
 
 
-class BrokerStartError(RuntimeError):
+def spawn(
+    command: list[str], output_file: Path | str | None, *, cwd: str | None = None, detach: bool = True
+) -> subprocess.Popen[bytes]:
+    """Start `command` with its output appended to `output_file` (a file, never a pipe that could fill up);
+    `detach` puts it in its own session so it outlives the command that started it and a Ctrl-C there."""
+    with open(output_file or os.devnull, "ab") as output:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=detach,
+        )
+
+
+class StartError(RuntimeError):
+    """A process exited or never became ready; the message holds the end of its output."""
+
+
+class BrokerStartError(StartError):
     """The broker process exited or never became ready; the message holds the end of its output."""
+
+
+def output_tail(output_file: Path | str | None, limit: int = 3000) -> str:
+    return output_since(output_file, 0)[-limit:]
+
+
+def output_since(output_file: Path | str | None, offset: int) -> str:
+    if output_file is None:
+        return ""
+    try:
+        with open(output_file, "rb") as output:
+            output.seek(offset)
+            return output.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def output_size(output_file: Path | str) -> int:
+    path = Path(output_file)
+    return path.stat().st_size if path.exists() else 0
+
+
+def start_until_line(
+    command: list[str],
+    output_file: Path | str,
+    ready_line: str,
+    what: str,
+    *,
+    timeout: float,
+    cwd: str | None = None,
+    detach: bool = True,
+    error: type[StartError] = StartError,
+) -> subprocess.Popen[bytes]:
+    """Start `command` and wait until its own new output holds `ready_line`. A process's own words are
+    proof of readiness that a port is not: a port can still answer for a dying predecessor."""
+    offset = output_size(output_file)
+    process = spawn(command, output_file, cwd=cwd, detach=detach)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            text = output_since(output_file, offset)
+            if ready_line in text:
+                return process
+            if process.poll() is not None:
+                raise error(f"{what} exited with code {process.returncode}:\n{text[-3000:]}")
+            time.sleep(0.05)
+        raise error(f"{what} not ready after {timeout}s:\n{output_since(output_file, offset)[-3000:]}")
+    except BaseException:
+        if process.poll() is None:  # never leave behind a process nobody knows of
+            process.kill()
+            process.wait()
+        raise
+
+
+def wait_listening(
+    host: str,
+    port: int,
+    what: str,
+    *,
+    process: subprocess.Popen[bytes] | None = None,
+    output_file: Path | str | None = None,
+    timeout: float = 60.0,
+) -> None:
+    """Wait until something accepts connections on host:port; fail at once, with the end of its output,
+    when `process` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex((host, port)) == 0:
+                return
+        if process is not None and process.poll() is not None:
+            raise StartError(f"{what} exited with code {process.returncode}:\n{output_tail(output_file)}")
+        time.sleep(0.1)
+    raise StartError(
+        f"{what} is not listening on {host}:{port} after {timeout:.0f}s:\n{output_tail(output_file)}"
+    )
+
+
+def stop_child(process: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    """SIGTERM (a clean shutdown), then SIGKILL if it has not exited within `timeout` seconds."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 class BrokerProcess:
@@ -78,37 +188,15 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0, detach: bool = False) -> None:
         """Start the process and wait until it says it is ready (listening and registered)."""
         self.write_config()
-        offset = self.output_file.stat().st_size if self.output_file.exists() else 0
-        with open(self.output_file, "ab") as output:
-            self.process = subprocess.Popen(
-                self.command,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=detach,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self._output_since(offset)
-            if READY_MARKER in text:
-                return
-            if self.process.poll() is not None:
-                raise BrokerStartError(
-                    f"broker {self.broker_id} exited with code {self.process.returncode}:\n{text[-3000:]}"
-                )
-            time.sleep(0.05)
-        self.kill()
-        raise BrokerStartError(
-            f"broker {self.broker_id} not ready after {timeout}s:\n{self._output_since(offset)[-3000:]}"
+        self.process = start_until_line(
+            self.command,
+            self.output_file,
+            READY_MARKER,
+            f"broker {self.broker_id}",
+            timeout=timeout,
+            detach=detach,
+            error=BrokerStartError,
         )
-
-    def _output_since(self, offset: int) -> str:
-        try:
-            with open(self.output_file, "rb") as output:
-                output.seek(offset)
-                return output.read().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -117,14 +205,7 @@ class BrokerProcess:
         """SIGTERM (a clean shutdown), then SIGKILL if it has not exited within `timeout` seconds."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_child(self.process, timeout)
 
     def kill(self) -> None:
         """SIGKILL: the crash case (no clean shutdown, no snapshots)."""
@@ -133,4 +214,4 @@ class BrokerProcess:
             self.process.wait()
 
     def output(self) -> str:
-        return self._output_since(0)
+        return output_since(self.output_file, 0)

@@ -1,9 +1,11 @@
 """`backbone dev up|down|status`: a local multi-datacenter backbone on one machine.
 
 One real ZooKeeper serves every cluster, each under its own chroot (`/dc1`, `/dc2`, `/aggregate`); each
-cluster has N broker processes. Everything runs detached in the background, and `topology.json` in the
-directory records, for each cluster, its bootstrap servers and ZooKeeper connect string and, for every
-process, its pid and the exact command that starts it again. `up` is idempotent: what is recorded and
+cluster has N broker processes, and a mirror process copies each datacenter cluster into `aggregate` (see
+backbone/dev/mirrors.py). Everything runs detached in the background, and `topology.json` in the
+directory records, for each cluster, its bootstrap servers and ZooKeeper connect string, for each mirror
+its source, target and metrics port, and for every process its pid and the exact command that starts it
+again. `up` is idempotent: what is recorded and
 still running is kept, what died is started again with its recorded command.
 """
 
@@ -14,7 +16,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev.processes import BrokerProcess
+from backbone.dev import mirrors
+from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,19 @@ PORTS_PER_CLUSTER = 100
 HOST = "127.0.0.1"
 
 
-def pick_port(preferred: int, taken: set[int]) -> int:
-    port = preferred if preferred not in taken and port_is_free(HOST, preferred) else find_free_port(HOST)
-    taken.add(port)
-    return port
+class PortPlan:
+    """The ports of a new topology: the preferred ones (9092.., 2181, 9400..) where free, else any free one;
+    `preferred=False` takes any free port throughout (tests running side by side)."""
+
+    def __init__(self, preferred: bool = True) -> None:
+        self.preferred = preferred
+        self.taken: set[int] = set()
+
+    def pick(self, wanted: int) -> int:
+        usable = self.preferred and wanted not in self.taken and port_is_free(HOST, wanted)
+        port = wanted if usable else find_free_port(HOST)
+        self.taken.add(port)
+        return port
 
 
 def process_alive(pid: int | None, marker: str) -> bool:
@@ -76,10 +87,15 @@ class DevTopology:
         tmp.write_text(json.dumps(self.data, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
 
+    @property
+    def mirrors(self) -> list[dict[str, Any]]:
+        return self.data.setdefault("mirrors", [])
+
     def processes(self) -> list[dict[str, Any]]:
-        """Every recorded process, brokers first (they stop before ZooKeeper)."""
+        """Every recorded process in stopping order: mirrors (they read and write the clusters), brokers,
+        then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
-        return [*found, self.data["zookeeper"]]
+        return [*self.mirrors, *found, self.data["zookeeper"]]
 
 
 def up(
@@ -87,6 +103,7 @@ def up(
     clusters: tuple[str, ...] = DEFAULT_CLUSTERS,
     brokers: int = 3,
     progress: Callable[[str], None] = print,
+    preferred_ports: bool = True,
 ) -> DevTopology:
     directory = directory.resolve()
     existing = DevTopology.load(directory)
@@ -100,8 +117,8 @@ def up(
                 f"run `backbone dev down --dir {directory} --purge` first or choose another --dir"
             )
         return _restart_dead(existing, progress)
-    taken: set[int] = set()
-    zk_port = pick_port(PREFERRED_ZOOKEEPER_PORT, taken)
+    ports = PortPlan(preferred_ports)
+    zk_port = ports.pick(PREFERRED_ZOOKEEPER_PORT)
     zookeeper = ZooKeeperServer(directory / "zookeeper", zk_port)
     progress(f"starting ZooKeeper on {HOST}:{zk_port}")
     zookeeper.start(timeout=60)
@@ -117,20 +134,34 @@ def up(
             "marker": str(directory / "zookeeper"),
         },
         "clusters": {},
+        "mirrors": [],
     }
     topology = DevTopology(directory, data)
     started: list[BrokerProcess] = []
+    started_mirrors: list[subprocess.Popen[bytes]] = []
     try:
         for index, name in enumerate(clusters):
             data["clusters"][name] = _start_cluster(
-                directory, name, index, brokers, zookeeper.connect_string, taken, started, progress
+                directory, name, index, brokers, zookeeper.connect_string, ports, started, progress
             )
             topology.save()
+        for index, (source, target) in enumerate(mirrors.routes(clusters)):
+            metrics_port = ports.pick(mirrors.FIRST_METRICS_PORT + index)
+            progress(f"starting mirror {source} -> {target} (metrics on {HOST}:{metrics_port})")
+            entry = mirrors.start(
+                directory, source, target, data["clusters"], metrics_port, HOST, started_mirrors
+            )
+            topology.mirrors.append(entry)
+            topology.save()
     except BaseException:
-        # Leave nothing running behind a failed start: the user would have no topology.json to stop it with.
+        # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
+        # rather than restarting half a topology.
+        for mirror in started_mirrors:
+            stop_child(mirror, timeout=15)
         for process in started:
             process.stop(timeout=15)
         zookeeper.stop()
+        topology.path.unlink(missing_ok=True)
         raise
     topology.save()
     return topology
@@ -142,7 +173,7 @@ def _start_cluster(
     index: int,
     brokers: int,
     zookeeper_connect: str,
-    taken: set[int],
+    ports: PortPlan,
     started: list[BrokerProcess],
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -150,7 +181,7 @@ def _start_cluster(
     members = []
     for broker_number in range(brokers):
         broker_id = broker_number + 1
-        port = pick_port(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number, taken)
+        port = ports.pick(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number)
         process = BrokerProcess(
             broker_id,
             connect,
@@ -190,36 +221,31 @@ def cluster_defaults(brokers: int) -> dict[str, str]:
 
 
 def _restart_dead(topology: DevTopology, progress: Callable[[str], None]) -> DevTopology:
-    for entry in topology.processes():
+    for entry in reversed(topology.processes()):  # ZooKeeper, brokers, then the mirrors that use them
         if process_alive(entry.get("pid"), entry["marker"]):
             continue
-        what = entry.get("name") or f"broker {entry['id']} ({entry['marker']})"
+        what = _describe(entry)
         progress(f"restarting {what}")
-        output = open(entry.get("output") or os.devnull, "ab")  # noqa: SIM115 - handed to the child
-        with output:
-            process = subprocess.Popen(
-                entry["start"],
-                cwd=entry.get("cwd"),
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+        if entry.get("ready"):  # a mirror says when it is ready: a port could still answer for the dead one
+            process = start_until_line(
+                entry["start"], entry["output"], entry["ready"], what, timeout=60, cwd=entry.get("cwd")
             )
-        entry["pid"] = process.pid
-        _wait_listening(entry.get("host", HOST), entry["port"], what)
+            entry["pid"] = process.pid
+        else:  # ZooKeeper and brokers are ready when their port answers
+            process = spawn(entry["start"], entry.get("output"), cwd=entry.get("cwd"))
+            entry["pid"] = process.pid
+            topology.save()  # record the pid at once: a later failure must not hide a running process
+            wait_listening(
+                entry.get("host", HOST), entry["port"], what, process=process, output_file=entry.get("output")
+            )
+        topology.save()
     topology.save()
     return topology
 
 
-def _wait_listening(host: str, port: int, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            sock.settimeout(1.0)
-            if sock.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} is not listening on {host}:{port} after {timeout:.0f}s")
+def _describe(entry: dict[str, Any]) -> str:
+    # A broker's marker is DIR/<cluster>/broker-<id>/broker-<id>.properties.
+    return entry.get("name") or f"{Path(entry['marker']).parent.parent.name} broker {entry['id']}"
 
 
 def down(
@@ -234,8 +260,7 @@ def down(
         pid = entry.get("pid")
         if not process_alive(pid, entry["marker"]):
             continue
-        what = entry.get("name") or f"broker {entry['id']}"
-        progress(f"stopping {what} (pid {pid})")
+        progress(f"stopping {_describe(entry)} (pid {pid})")
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while process_alive(pid, entry["marker"]) and time.monotonic() < deadline:
@@ -270,6 +295,14 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
                     process_alive(broker["pid"], broker["marker"]),
                 )
             )
+    for mirror in topology.mirrors:
+        rows.append(
+            (
+                f"{mirror['name']} group {mirror['group']} metrics {mirror['host']}:{mirror['metrics_port']}",
+                mirror["pid"],
+                process_alive(mirror["pid"], mirror["marker"]),
+            )
+        )
     zk = topology.data["zookeeper"]
     rows.append((f"zookeeper {zk['connect']}", zk["pid"], process_alive(zk["pid"], zk["marker"])))
     return rows

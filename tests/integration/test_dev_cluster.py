@@ -7,12 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from mirror_support import end_total, read_all
 
 from backbone.dev.topology import process_alive
+from backbone.mirror.provenance import origin
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +92,78 @@ def test_dev_up_refuses_a_different_topology_in_the_same_directory(dev_dir: Path
     refused = backbone("dev", "up", "--dir", str(dev_dir), "--clusters", "solo,other")
     assert refused.returncode == 2
     assert "dev down" in refused.stderr and "--purge" in refused.stderr
+
+
+def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> None:
+    started = backbone("dev", "up", "--dir", str(dev_dir), "--brokers", "1")
+    assert started.returncode == 0, started.stderr
+    assert "mirror: dc1 -> aggregate" in started.stdout and "mirror: dc2 -> aggregate" in started.stdout
+    topology = json.loads((dev_dir / "topology.json").read_text())
+    clusters = topology["clusters"]
+    assert [(m["source"], m["target"]) for m in topology["mirrors"]] == [
+        ("dc1", "aggregate"),
+        ("dc2", "aggregate"),
+    ]
+    for mirror in topology["mirrors"]:
+        assert process_alive(mirror["pid"], mirror["marker"])
+        start = mirror["start"]
+        assert start[start.index("--source-bootstrap") + 1] == clusters[mirror["source"]]["bootstrap"]
+        assert start[start.index("--target-bootstrap") + 1] == clusters["aggregate"]["bootstrap"]
+        assert start[start.index("--metrics-port") + 1] == str(mirror["metrics_port"])
+        assert start[start.index("--instance-id") + 1] == f"{mirror['group']}-1"
+        assert Path(mirror["output"]).is_relative_to(dev_dir.resolve())
+        with urllib.request.urlopen(f"http://127.0.0.1:{mirror['metrics_port']}/metrics", timeout=10) as page:
+            assert page.status == 200
+    status = backbone("dev", "status", "--dir", str(dev_dir))
+    assert status.returncode == 0 and status.stdout.count("running") == 6  # 3 brokers, 2 mirrors, ZooKeeper
+
+    # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
+    # where it came from.
+    for name in ("dc1", "dc2"):
+        producer = KafkaProducer(bootstrap_servers=clusters[name]["bootstrap"])
+        producer.send("pageviews", f"from {name}".encode()).get(timeout=30)
+        producer.close(10)
+    aggregate = clusters["aggregate"]["bootstrap"]
+    wait_until(lambda: end_total(aggregate, "pageviews") == 2, 60, 0.5, what="both records in the aggregate")
+    arrived = {record.value: origin(record.headers) for record in read_all(aggregate, "pageviews")}
+    assert {value: hop.cluster for value, hop in arrived.items()} == {b"from dc1": "dc1", b"from dc2": "dc2"}
+
+    # A mirror killed with kill -9 is started again, with its recorded command, by the next `up`.
+    victim = topology["mirrors"][0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert backbone("dev", "status", "--dir", str(dev_dir)).returncode == 1
+    again = backbone("dev", "up", "--dir", str(dev_dir), "--brokers", "1")
+    assert again.returncode == 0, again.stderr
+    assert "restarting mirror dc1 -> aggregate" in again.stdout
+    restarted = json.loads((dev_dir / "topology.json").read_text())["mirrors"][0]
+    assert restarted["pid"] != victim["pid"] and process_alive(restarted["pid"], restarted["marker"])
+
+    stopped = backbone("dev", "down", "--dir", str(dev_dir))
+    assert stopped.returncode == 0 and "stopped 6 process(es)" in stopped.stdout
+    lines = stopped.stdout.splitlines()
+    assert lines[0].startswith("stopping mirror") and lines[1].startswith("stopping mirror"), "mirrors first"
+    final = json.loads((dev_dir / "topology.json").read_text())
+    assert all(m["pid"] is None for m in final["mirrors"])
+    assert not process_alive(restarted["pid"], restarted["marker"])
+
+
+def test_dev_up_stops_what_it_started_when_a_mirror_cannot_start(dev_dir: Path) -> None:
+    # "dc.1" is a fine ZooKeeper chroot but no mirror alias (letters, digits, - and _): its mirror exits.
+    failed = backbone("dev", "up", "--dir", str(dev_dir), "--clusters", "dc.1,aggregate", "--brokers", "1")
+    assert failed.returncode == 1
+    assert "mirror dc.1 -> aggregate exited" in failed.stderr and "source.alias" in failed.stderr
+    assert (dev_dir / "dc.1" / "broker-1").is_dir(), "the brokers had started"
+    assert not (dev_dir / "topology.json").exists(), "nothing recorded: the next `up` starts afresh"
+    assert processes_mentioning(dev_dir.resolve()) == [], "ZooKeeper and the brokers were stopped again"
+
+
+def processes_mentioning(directory: Path) -> list[int]:
+    """Pids whose command line names `directory` (brokers name their config file, ZooKeeper its data)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(directory).encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue  # gone meanwhile
+    return found
