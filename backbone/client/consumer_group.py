@@ -305,6 +305,12 @@ class ConsumerGroup:
             await self._revoke(revoked, self.config["default.api.timeout.ms"] / 1000)
         await self._add(added)
         self._remember_error(await call_listener(self._listener, "on_partitions_assigned", added))
+        # Partitions of topics no longer subscribed (a static member restarted with another subscription
+        # gets its old assignment back with no rebalance): rejoin, as the Java client does.
+        subscription = self.subscription
+        if subscription is not None and not all(subscription.covers(tp.topic) for tp in assigned):
+            log.info("assignment has topics not subscribed group=%s: rejoining", self.membership.group_id)
+            return True
         # Cooperative: what this member gave up goes to its new owner in a follow-up rebalance.
         return self.cooperative and bool(revoked)
 

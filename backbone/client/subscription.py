@@ -62,6 +62,10 @@ class Subscription:
     matched: frozenset[str] = field(default=frozenset())
     """Topics the consumer currently subscribes to: `topics`, or what `pattern` matched last."""
 
+    def covers(self, topic: str) -> bool:
+        """Whether `topic` is subscribed: named, or matched by the pattern (whatever metadata knows yet)."""
+        return topic in self.topics if self.pattern is None else self.pattern.fullmatch(topic) is not None
+
     @classmethod
     def create(
         cls, topics: Iterable[str] | str | None, pattern: str | re.Pattern[str] | None, listener: Any

@@ -7,7 +7,7 @@ The leader's SyncGroup carries the assignments; they are persisted (the coordina
 alive and tell it, with REBALANCE_IN_PROGRESS, when to rejoin.
 
 Static members (`group.instance.id`, KIP-345) survive restarts: an instance rejoining under a new member id
-takes its old place, with no rebalance when its metadata is unchanged, and the old member id is fenced.
+takes its old place, with no rebalance unless the group's protocol changes, and the old member id is fenced.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import logging
 import uuid
 from dataclasses import replace
 
-from backbone.consumer_groups.group_member import Member, Protocols, answer, common_protocols
+from backbone.consumer_groups.group_member import (
+    Member,
+    Protocols,
+    answer,
+    common_protocols,
+    select_protocol,
+)
 from backbone.consumer_groups.group_rebalance import Persist, RebalancingGroup
 from backbone.consumer_groups.group_types import (
     CONSUMER_PROTOCOL_TYPE,
@@ -238,11 +244,16 @@ class Group(RebalancingGroup):
         """A known group.instance.id joined with no member id: a restarted static member (KIP-345)."""
         old = self.members[old_member_id]
         request.member_id = f"{request.group_instance_id}-{uuid.uuid4()}"
-        unchanged = old.protocols == request.protocols
         self._replace_member(old, request)
         member = request
-        if self.state is GroupState.STABLE and unchanged:
-            # Same subscription: keep the assignment and the generation; nobody else notices.
+        # Kafka's rule: only a change of the group's protocol rebalances. A restarted member's subscription
+        # bytes differ anyway (they carry its owned partitions and generation); if its topics changed, the
+        # client asks to rejoin itself once it sees an assignment that does not match.
+        keeps_protocol = (
+            select_protocol(self.members.values(), self.members[self.leader_id]) == self.protocol_name
+        )
+        if self.state is GroupState.STABLE and keeps_protocol:
+            # Keep the assignment and the generation; nobody else notices.
             error = await self._persist(self.snapshot())
             if error is not ErrorCode.none:
                 if self.members.get(member.member_id) is member:

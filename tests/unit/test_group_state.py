@@ -208,11 +208,22 @@ async def test_static_member_rejoining_unchanged_takes_its_place_without_a_rebal
     )
 
 
-async def test_static_member_rejoining_with_new_metadata_rebalances():
+async def test_static_member_rejoining_with_a_new_protocol_choice_rebalances():
     group, _, (member,) = await stable_group(1, instance="worker-1")
-    changed = join(group, instance="worker-1", protocols=[("range", b"other topics")])
+    changed = join(group, instance="worker-1", protocols=[("roundrobin", b""), ("range", b"")])
     result = await changed
     assert result.error is ErrorCode.none and result.generation_id == 2
+    assert result.protocol_name == "roundrobin"
+    assert group.heartbeat(member, "worker-1", 1) is ErrorCode.fenced_instance_id
+
+
+async def test_static_member_rejoining_with_new_subscription_bytes_keeps_its_place():
+    # As Kafka: only a change of the selected protocol rebalances, not the subscription bytes (which a
+    # restarted member's always change: they carry its owned partitions and generation).
+    group, _, (member,) = await stable_group(1, instance="worker-1")
+    result = await join(group, instance="worker-1", protocols=[("range", b"other topics")])
+    assert result.error is ErrorCode.none and result.generation_id == 1
+    assert group.state is GroupState.STABLE
     assert group.heartbeat(member, "worker-1", 1) is ErrorCode.fenced_instance_id
 
 
