@@ -185,7 +185,10 @@ class AsyncConsumer:
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
-            self._state(tp).paused = False
+            state = self._state(tp)
+            state.paused = False
+            if state.buffered:  # fetched while paused: poll may return it now
+                self.fetcher.data_ready.set()
         self.fetcher.wakeup()
 
     def paused(self) -> set[TopicPartition]:

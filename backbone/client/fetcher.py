@@ -405,7 +405,9 @@ class Fetcher:
                 result[tp] = out
             if budget <= 0:
                 break
-        if not any(state.buffered for state in self.assignment.values()):
+        # Only what poll can return counts: data buffered for a paused partition must not keep the event set,
+        # or poll would spin on it without ever yielding to the event loop.
+        if not any(state.buffered and not state.paused for state in self.assignment.values()):
             self.data_ready.clear()
         self.wakeup()  # buffers shrank: partitions may be fetched again
         return result

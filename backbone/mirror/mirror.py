@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 _POLL_MS = 500
 _RETRY_BACKOFF_S = 1.0
+_CLOSE_STEP_S = 10.0  # each step of a shutdown waits at most this long
 _MAX_IN_FLIGHT_RECORDS = 100_000  # sent but not yet acknowledged; beyond this, wait for the target
 
 
@@ -200,8 +201,8 @@ class Mirror(ConsumerRebalanceListener):
                 self._in_flight = deque(c for c in self._in_flight if c[0] != tp)
                 self._in_flight_records -= sum(len(c[1]) for c in dropped)
 
-    async def _settle_all(self) -> None:
-        await self.producer.flush()
+    async def _settle_all(self, timeout: float | None = None) -> None:
+        await self.producer.flush(timeout)
         self._settle_done()
 
     async def _send(self, route: _Route, record: ConsumerRecord) -> Any:
@@ -409,20 +410,22 @@ class Mirror(ConsumerRebalanceListener):
         self._last_progress = (now, copied)
 
     async def _close(self) -> None:
+        """Commit what the target acknowledged and stop, in bounded time: a stopped mirror must exit even
+        when the target stops answering (what it did not acknowledge is copied again by the next owner)."""
         with contextlib.suppress(KafkaError, KafkaClientError):
-            await self._settle_all()
+            await self._settle_all(_CLOSE_STEP_S)
         with contextlib.suppress(KafkaError, KafkaClientError):
             await self._commit(None)
         if self.audit is not None:
             await self.audit.close()
         for closing in (
-            self.consumer.close(),
-            self.producer.close(),
+            self.consumer.close(_CLOSE_STEP_S),
+            self.producer.close(_CLOSE_STEP_S),
             self.source_admin.close(),
             self.target_admin.close(),
         ):
-            with contextlib.suppress(KafkaError, KafkaClientError, OSError):
-                await closing
+            with contextlib.suppress(KafkaError, KafkaClientError, OSError, TimeoutError):
+                await asyncio.wait_for(closing, 2 * _CLOSE_STEP_S)
 
 
 def _finished(future: Any) -> bool:

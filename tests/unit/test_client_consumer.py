@@ -221,6 +221,35 @@ async def test_pause_holds_records_back_until_resume(fake: FakeCluster) -> None:
         assert len(await poll_values(c, 2)) == 2
 
 
+async def test_poll_waits_without_spinning_while_only_paused_partitions_hold_data(fake: FakeCluster) -> None:
+    for start in range(0, 40, 10):
+        fake.append_raw("t", 0, batch(start, 10))
+    async with consumer(fake, max_partition_fetch_bytes=100, max_poll_records=10) as c:
+        c.assign([TP])
+        assert [r.offset for r in (await c.poll(timeout_ms=2000))[TP]] == list(range(10))
+        state = c.fetcher.assignment[TP]
+        for _ in range(200):  # bounded: up to 2 s
+            if state.buffered:
+                break
+            await asyncio.sleep(0.01)
+        assert state.buffered
+        c.pause(TP)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.create_task(tick())
+        assert await c.poll(timeout_ms=300) == {}
+        ticker.cancel()
+        assert ticks >= 5  # poll gave the event loop back while it waited (it used to spin on the data)
+        c.resume(TP)
+        assert (await c.poll(timeout_ms=2000))[TP][0].offset == 10
+
+
 async def test_deserializers_apply_to_keys_and_values(fake: FakeCluster) -> None:
     fake.append_raw("t", 0, batch(0, 1))
     async with consumer(fake, key_deserializer=bytes.decode, value_deserializer=lambda v: v.upper()) as c:
