@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from backbone.client import audit
 from backbone.client.accumulator import AsyncRecordFuture, BufferPool, ProducerBatch, RecordAccumulator
+from backbone.client.bulk_append import RunProgress, WireRecord, append_run
 from backbone.client.cluster import ClusterClient, ClusterMetadata
 from backbone.client.config import PRODUCER_OPTIONS, resolve
-from backbone.client.errors import ClientClosedError, KafkaTimeoutError
+from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 from backbone.client.idempotence import IdempotenceState
 from backbone.client.partitioner import StickyPartitioner, partition_for_key
 from backbone.client.sender import Sender
@@ -248,6 +249,61 @@ class AsyncProducer:
             # batch), or a caller that never waits would keep it from sending until memory runs out.
             await asyncio.sleep(0)
         return future
+
+    async def send_many(
+        self, topic: str, partition: int, records: Sequence[WireRecord]
+    ) -> list[tuple[int, AsyncRecordFuture | BaseException]]:
+        """Queue records, in order, for one partition: a copier's path, with far less Python per record.
+
+        Each record is `(key, value, headers, timestamp_ms)` in wire form: bytes or None (serializers do
+        not run), headers as (str, bytes | None) pairs. Returns the batches the records went into, in
+        order, as `(end, outcome)`: the records from the previous entry's end (0 for the first) up to
+        `end` travel in one batch, and `outcome` is a future of the last one's metadata. When a record
+        cannot be queued (too large, not bytes, `buffer.memory` full for `max.block.ms`), the last entry
+        is `(len(records), exception)`: the records from the previous end on were not queued.
+        """
+        if not self._started:
+            await self.start()
+        if self._closed:
+            raise ClientClosedError("the producer is closed; create a new one")
+        started = time.monotonic()
+        if partition not in await self.cluster.wait_for_topic(topic, self.config["max.block.ms"]):
+            raise ValueError(f"topic {topic!r} has no partition {partition}")
+        tp = TopicPartition(topic, partition)
+        progress = RunProgress()
+        error: BaseException | None = None
+        while progress.done < len(records):
+            progress.memory_needed = 0
+            with self._lock:
+                try:
+                    append_run(
+                        self.accumulator, tp, records, progress, self._max_record_size, self._too_large
+                    )
+                except (MessageTooLargeError, TypeError, ValueError) as refused:
+                    error = refused
+            if progress.woke_sender:
+                progress.woke_sender = False
+                self.sender.wakeup()
+                await asyncio.sleep(0)  # let the sender ship full batches while this run goes on
+            if error is not None:
+                break
+            if progress.memory_needed:
+                self.sender.wakeup()
+                try:
+                    await self.pool.wait_for_room(
+                        progress.memory_needed,
+                        self._max_block_ms_left(started),
+                        self.config["max.block.ms"],
+                    )
+                except BufferExhaustedError as exhausted:
+                    error = exhausted
+                    break
+        outcomes: list[tuple[int, AsyncRecordFuture | BaseException]] = [
+            (end, AsyncRecordFuture(batch, index)) for end, batch, index in progress.batches
+        ]
+        if error is not None:
+            outcomes.append((len(records), error))
+        return outcomes
 
     async def send_and_wait(
         self, topic: str, value: Any = None, key: Any = None, **kwargs: Any

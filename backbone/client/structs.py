@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from typing import Any, NamedTuple, overload
 
-from backbone.protocol.records import Header
+from backbone.protocol.records import Header, Record
 
 __all__ = [
     "ConsumerRecord",
@@ -126,6 +126,16 @@ class RecordList(Sequence[ConsumerRecord]):
                 continue
             for offset, timestamp, key, value, headers in items:
                 yield new(cls, (topic, partition, offset, timestamp, kind, key, value, headers))
+
+    def plain(self) -> Iterator[Record]:
+        """The records as plain (offset, timestamp, key, value, headers) tuples, without making a
+        ConsumerRecord for each: for code that copies records on (a mirror) and reads no other field."""
+        for kind, items in self._chunks:
+            if kind is None:
+                for r in items:
+                    yield (r.offset, r.timestamp, r.key, r.value, r.headers)
+            else:
+                yield from items
 
     @overload
     def __getitem__(self, index: int) -> ConsumerRecord: ...

@@ -34,6 +34,7 @@ from backbone.client import (
     KafkaError,
     NewTopic,
     OffsetAndMetadata,
+    RecordList,
     TopicPartition,
 )
 from backbone.client.audit import AuditCounter, AuditPublisher
@@ -42,6 +43,7 @@ from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig
 from backbone.mirror.metrics import MirrorMetrics
 from backbone.protocol.errors import TopicAlreadyExistsError
+from backbone.protocol.records import KEY, OFFSET, TIMESTAMP, VALUE, Record
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,21 @@ class _Stats:
 
     def of(self, tp: TopicPartition) -> _PartitionProgress:
         return self.partitions.setdefault(tp, _PartitionProgress())
+
+
+@dataclass
+class _Chunk:
+    """Records of one source partition sent together, and what became of them."""
+
+    tp: TopicPartition
+    polled: int
+    """Records polled, the skipped ones included."""
+    next_offset: int
+    """The source offset after the chunk's last record: acknowledged once every sent record is."""
+    sent: list[Record]
+    """The records sent, in order (a record that has been in the target cluster is skipped)."""
+    outcomes: list[tuple[int, Any]]
+    """(end, future or exception), in order: `sent` from the previous end up to `end` travel together."""
 
 
 class Mirror(ConsumerRebalanceListener):
@@ -118,8 +135,7 @@ class Mirror(ConsumerRebalanceListener):
         self._stats = _Stats()
         self._last_commit = time.monotonic()
         self._last_progress = (time.monotonic(), 0)
-        # Chunks sent and not yet settled, in send order: (partition, records, futures).
-        self._in_flight: deque[tuple[TopicPartition, list[ConsumerRecord], list[Any]]] = deque()
+        self._in_flight: deque[_Chunk] = deque()  # sent, not yet settled, in send order
         self._in_flight_records = 0
         self._isolating: dict[TopicPartition, int] = {}  # partition -> last offset sent one by one
         self._retrying = False  # a partition was rewound this cycle: back off before reading it again
@@ -179,8 +195,7 @@ class Mirror(ConsumerRebalanceListener):
                 # One record at a time until the refused one is found; the rest is read again.
                 self.consumer.seek(tp, records[1].offset)
                 records = records[:1]
-            futures = [await self._send(route, record) for record in records]
-            self._in_flight.append((tp, records, futures))
+            self._in_flight.append(await self._send(route, tp, records))
             self._in_flight_records += len(records)
         if self._isolating or self._in_flight_records > _MAX_IN_FLIGHT_RECORDS:
             await self.producer.flush()  # bounds what is unacknowledged; isolation needs each answer now
@@ -189,86 +204,99 @@ class Mirror(ConsumerRebalanceListener):
     def _settle_done(self) -> None:
         """Settle sent chunks, oldest first, while they are fully acknowledged (or failed)."""
         while self._in_flight:
-            tp, records, futures = self._in_flight[0]
-            if not all(_finished(f) for f in futures):
+            chunk = self._in_flight[0]
+            if not all(_finished(outcome) for _, outcome in chunk.outcomes):
                 return
             self._in_flight.popleft()
-            self._in_flight_records -= len(records)
-            if not self._settle(tp, records, futures):
+            self._in_flight_records -= chunk.polled
+            if not self._settle(chunk):
                 # Later chunks of the partition were sent past the failure: it is read again from there,
                 # so their outcome must not move its acknowledged offset.
-                dropped = [c for c in self._in_flight if c[0] == tp]
-                self._in_flight = deque(c for c in self._in_flight if c[0] != tp)
-                self._in_flight_records -= sum(len(c[1]) for c in dropped)
+                self._forget_in_flight({chunk.tp})
 
     async def _settle_all(self, timeout: float | None = None) -> None:
         await self.producer.flush(timeout)
         self._settle_done()
 
-    async def _send(self, route: _Route, record: ConsumerRecord) -> Any:
-        """The record's future, None when skipped, or the exception `send` raised at once."""
-        if provenance.has_been_in(record.headers, self.config.target_alias):
-            return None
-        hop = provenance.Provenance(self.config.source_alias, record.partition, record.offset)
+    async def _send(self, route: _Route, tp: TopicPartition, records: list[ConsumerRecord]) -> _Chunk:
+        """Send one partition's records, each with its provenance header added, in order."""
+        target_alias = self.config.target_alias
+        prefix = provenance.value_prefix(self.config.source_alias, tp.partition)
+        header = provenance.HEADER
+        sent: list[Record] = []
+        rows = []
+        plain = records.plain() if isinstance(records, RecordList) else map(_plain, records)
+        for record in plain:
+            offset, timestamp, key, value, headers = record
+            if headers and provenance.has_been_in(headers, target_alias):
+                continue  # it was read from the target cluster: copying it there would send it back
+            sent.append(record)
+            rows.append((key, value, (*headers, (header, prefix + b"%d" % offset)), timestamp))
+        chunk = _Chunk(tp, len(records), records[-1].offset + 1, sent, [])
+        if not rows:
+            return chunk
+        partition = route.partition_for(tp.partition)
         try:
-            return await self.producer.send(
-                route.target_topic,
-                record.value,
-                record.key,
-                headers=(*record.headers, (provenance.HEADER, hop.encode())),
-                partition=route.partition_for(record.partition),
-                timestamp_ms=record.timestamp,
-            )
-        except (KafkaError, KafkaClientError) as error:
-            return error
+            if partition is not None:
+                chunk.outcomes = await self.producer.send_many(route.target_topic, partition, rows)
+            else:  # partition counts differ: each record goes where its key hashes
+                for end, (key, value, headers, timestamp) in enumerate(rows, 1):
+                    future = await self.producer.send(
+                        route.target_topic, value, key, headers=headers, timestamp_ms=timestamp
+                    )
+                    chunk.outcomes.append((end, future))
+        except (KafkaError, KafkaClientError, ValueError) as error:
+            chunk.outcomes.append((len(rows), error))
+        return chunk
 
-    def _settle(self, tp: TopicPartition, records: list[ConsumerRecord], futures: list[Any]) -> bool:
+    def _settle(self, chunk: _Chunk) -> bool:
         """Count what the target acknowledged; stop or rewind at the first record it did not (False)."""
+        tp, sent = chunk.tp, chunk.sent
         progress = self._stats.of(tp)
-        copied = size = skipped = 0
-        copied_timestamps = []  # for the audit, counted per topic and bucket once the loop is done
-        failed = False
-        for record, future in zip(records, futures, strict=True):
-            error = future if isinstance(future, BaseException) else None
-            if future is not None and error is None and future.failed():
-                error = future.exception()
+        copied = 0  # sent[:copied] are in the target
+        error = None
+        for end, outcome in chunk.outcomes:
+            if isinstance(outcome, BaseException):
+                error = outcome
+            elif outcome.failed():
+                error = outcome.exception()
             if error is not None:
-                self._record_failure(tp, record, records[-1].offset, error)
-                failed = True
                 break
-            if future is None:
-                skipped += 1
-            else:
-                copied += 1
-                size += len(record.value or b"") + len(record.key or b"")
-                copied_timestamps.append(record.timestamp)
-            progress.acknowledged = record.offset + 1
-            progress.newest_timestamp = record.timestamp
-            if self._isolating.get(tp, -1) <= record.offset:
-                self._isolating.pop(tp, None)
-        self.metrics.copied(tp.topic, copied, size)
+            copied = end
+        self._count_copied(tp, sent[:copied], chunk.polled - len(sent))
+        if error is not None:
+            failed = sent[copied][OFFSET]
+            progress.acknowledged = failed  # everything before it is copied or skipped
+            self._record_failure(tp, failed, sent[-1][OFFSET], error)
+            return False
+        progress.acknowledged = chunk.next_offset
+        if copied:
+            progress.newest_timestamp = sent[copied - 1][TIMESTAMP]
+        if self._isolating.get(tp, chunk.next_offset) < chunk.next_offset:
+            self._isolating.pop(tp, None)
+        return True
+
+    def _count_copied(self, tp: TopicPartition, copied: list[Record], skipped: int) -> None:
+        size = sum(len(r[VALUE] or b"") + len(r[KEY] or b"") for r in copied)
+        self.metrics.copied(tp.topic, len(copied), size)
         if self.audit is not None:
-            self.audit.counter.add_timestamps(self.config.target_topic(tp.topic), copied_timestamps)
+            timestamps = [r[TIMESTAMP] for r in copied]
+            self.audit.counter.add_timestamps(self.config.target_topic(tp.topic), timestamps)
         if skipped:
             self.metrics.skip(tp.topic, skipped)
-        return not failed
 
-    def _record_failure(
-        self, tp: TopicPartition, record: ConsumerRecord, last: int, error: BaseException
-    ) -> None:
-        """Rewind for a retriable error; for a refusal, find the refused record (a whole batch fails with
-        it: `last` is the chunk's last offset) by sending one record at a time, and stop at it."""
+    def _record_failure(self, tp: TopicPartition, offset: int, last: int, error: BaseException) -> None:
+        """Rewind to `offset` for a retriable error; for a refusal, find the refused record (a whole batch
+        fails with it: `last` is the chunk's last offset) by sending one record at a time, and stop at it."""
         self.metrics.fail(tp.topic)
         if _retriable(error):
-            self._rewind(tp, record.offset, error)
+            self._rewind(tp, offset, error)
             return
-        if tp not in self._isolating and last > record.offset:
+        if tp not in self._isolating and last > offset:
             self._isolating[tp] = last
-            self.consumer.seek(tp, record.offset)
+            self.consumer.seek(tp, offset)
             return
-        self._stop_partition(
-            tp, record.offset, f"the target refused the record at offset {record.offset}: {error}"
-        )
+        self._stop_partition(tp, offset, f"the target refused the record at offset {offset}: {error}")
 
     def _rewind(self, tp: TopicPartition, offset: int, error: BaseException) -> None:
         log.warning(
@@ -365,8 +393,12 @@ class Mirror(ConsumerRebalanceListener):
             self._stats.partitions.pop(tp, None)
             self._isolating.pop(tp, None)
             self.metrics.forget(tp.topic, tp.partition)
-        self._in_flight = deque(c for c in self._in_flight if c[0] not in partitions)
-        self._in_flight_records = sum(len(c[1]) for c in self._in_flight)
+        self._forget_in_flight(partitions)
+
+    def _forget_in_flight(self, partitions: set[TopicPartition]) -> None:
+        """Stop tracking the partitions' sent chunks (they are read again, or no longer ours)."""
+        self._in_flight = deque(c for c in self._in_flight if c.tp not in partitions)
+        self._in_flight_records = sum(c.polled for c in self._in_flight)
 
     # -- reporting ---------------------------------------------------------------------------------
 
@@ -428,9 +460,13 @@ class Mirror(ConsumerRebalanceListener):
                 await asyncio.wait_for(closing, 2 * _CLOSE_STEP_S)
 
 
-def _finished(future: Any) -> bool:
-    """A send's outcome is known: skipped (None), refused at once (an exception), or completed."""
-    return future is None or isinstance(future, BaseException) or future.done()
+def _plain(record: ConsumerRecord) -> Record:
+    return (record.offset, record.timestamp, record.key, record.value, record.headers)
+
+
+def _finished(outcome: Any) -> bool:
+    """A send's outcome is known: refused at once (an exception), or completed."""
+    return isinstance(outcome, BaseException) or outcome.done()
 
 
 def _audit_publisher(config: MirrorConfig) -> AuditPublisher:

@@ -20,12 +20,17 @@ class Provenance(NamedTuple):
     offset: int
 
     def encode(self) -> bytes:
-        return f"{self.cluster}:{self.partition}:{self.offset}".encode()
+        return value_prefix(self.cluster, self.partition) + b"%d" % self.offset
 
     @classmethod
     def decode(cls, value: bytes) -> Provenance:
         cluster, partition, offset = value.decode().rsplit(":", 2)
         return cls(cluster, int(partition), int(offset))
+
+
+def value_prefix(cluster: str, partition: int) -> bytes:
+    """The header value up to the offset: a copier of one partition builds each value as prefix + offset."""
+    return f"{cluster}:{partition}:".encode()
 
 
 def hops(headers: Iterable[tuple[str, bytes | None]]) -> list[Provenance]:

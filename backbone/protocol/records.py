@@ -90,6 +90,7 @@ _CONTROL_KEY = struct.Struct(">hh")
 _BIAS = SMALL_VARINT_BIAS
 _NULL = SMALL_VARINTS[_BIAS - 1]  # -1, a null key, value or header value
 _NO_HEADERS = SMALL_VARINTS[_BIAS]  # a header count of 0
+_ONE_HEADER = SMALL_VARINTS[_BIAS + 1]
 _ATTRIBUTES = b"\x00"
 # The smallest record: one byte each for length, attributes, timestamp delta, offset delta, key length,
 # value length and header count. It bounds how many records a section of a given size can hold.
@@ -239,14 +240,25 @@ def estimate_record_size(key: bytes | None, value: bytes | None, headers: Sequen
     return size
 
 
+@functools.lru_cache(maxsize=4096)
+def _encoded_header_key(header_key: str) -> bytes:
+    """A header key's length varint and bytes (keys repeat: a few names per topic)."""
+    # surrogateescape round-trips keys that are not valid UTF-8 (librdkafka lets producers write any
+    # bytes), so a mirror copies them byte for byte.
+    encoded = header_key.encode("utf-8", "surrogateescape")
+    return encode_varint(len(encoded)) + encoded
+
+
 def _encode_headers(headers: Sequence[Header]) -> bytes:
+    if len(headers) == 1:  # the common case (a mirror adds one header), in one join
+        ((header_key, header_value),) = headers
+        if header_value is not None:
+            size = len(header_value)
+            size_varint = SMALL_VARINTS[size + _BIAS] if size < _BIAS else encode_varint(size)
+            return b"".join((_ONE_HEADER, _encoded_header_key(header_key), size_varint, header_value))
     parts = [encode_varint(len(headers))]
     for header_key, header_value in headers:
-        # surrogateescape round-trips keys that are not valid UTF-8 (librdkafka lets producers write any
-        # bytes), so a mirror copies them byte for byte.
-        encoded = header_key.encode("utf-8", "surrogateescape")
-        parts.append(encode_varint(len(encoded)))
-        parts.append(encoded)
+        parts.append(_encoded_header_key(header_key))
         if header_value is None:
             parts.append(_NULL)
         else:

@@ -1,0 +1,134 @@
+"""Appending many records for one partition at once: the path of a copier such as a mirror.
+
+`send` spends most of a record's time on work a copier does not need per record: a coroutine, a future,
+type checks, a size estimate, the lock, the partitioner. `append_run` takes the lock once for a run of
+records already in wire form (bytes, a timestamp, headers as pairs) and appends them in a tight loop;
+memory is reserved per batch rather than per record: a batch may only grow as far as `buffer.memory` has
+room, and what it grew by is taken from the pool when the run stops.
+
+Records keep their order: they go into the partition's open batch, then into new ones as batches fill.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from backbone.client.accumulator import BufferPool, ProducerBatch, RecordAccumulator
+from backbone.client.structs import TopicPartition
+from backbone.protocol.record_batch import HEADER_SIZE
+from backbone.protocol.records import Header, RecordBatchBuilder, estimate_record_size
+
+WireRecord = tuple[bytes | None, bytes | None, Sequence[Header], int]
+"""(key, value, headers, timestamp ms), as the batch stores them."""
+
+
+@dataclass
+class RunProgress:
+    """How far `append_run` got: records [0, done) are queued, in the batches listed."""
+
+    done: int = 0
+    batches: list[tuple[int, ProducerBatch, int]] = field(default_factory=list)
+    """(end, batch, index): the records from the previous entry's end (0 for the first) up to `end` went
+    into `batch`, the last of them at `index` in it. A batch appears once per run."""
+    memory_needed: int = 0
+    """Set when the run stopped for want of memory: the bytes the next record needs."""
+    woke_sender: bool = False
+    """A batch was opened or filled: the sender has work."""
+
+
+def append_run(
+    accumulator: RecordAccumulator,
+    tp: TopicPartition,
+    records: Sequence[WireRecord],
+    progress: RunProgress,
+    max_record_size: int,
+    too_large: Callable[[int], Exception],
+) -> None:
+    """Append `records[progress.done:]` to `tp`'s batches until they are all in or memory runs short.
+
+    The caller holds the accumulator's lock. Raises `too_large(size)` for a record over `max_record_size`
+    and TypeError for one not in wire form; the records before it stay queued (`progress.done` says how
+    many).
+    """
+    pool = accumulator.pool
+    # A batch stops at batch.size, and at max.request.size: a record too large for a request never joins
+    # an open batch, so it comes to the size check below as the first record of a new one.
+    batch_size = min(accumulator.batch_size, max_record_size + HEADER_SIZE)
+    queue = accumulator.queues.get(tp)
+    if queue is None:
+        queue = accumulator.queues[tp] = collections.deque()
+    total = len(records)
+    while progress.done < total:
+        batch = queue[-1] if queue else None
+        if batch is None or batch.full:
+            key, value, headers, timestamp = records[progress.done]
+            size = estimate_record_size(key, value, headers)
+            if size > max_record_size:
+                raise too_large(size)
+            if pool.available < size:
+                progress.memory_needed = size
+                return
+            builder = RecordBatchBuilder(accumulator.codec, compression_level=accumulator.compression_level)
+            batch = ProducerBatch(tp, builder, time.monotonic(), accumulator.delivery_timeout)
+            builder.try_append(key, value, headers, timestamp)  # an empty batch takes any record
+            batch.timestamps.append(timestamp)
+            grown = builder.size_in_bytes
+            pool.available -= grown
+            batch.reserved += grown
+            queue.append(batch)
+            progress.done += 1
+            progress.woke_sender = True
+        try:
+            _fill(batch, records, progress, pool, batch_size)
+        finally:
+            _note_batch(progress, batch)
+        if progress.done < total and not batch.full:
+            # The batch has room, but the pool has not: wait for memory before the next record.
+            key, value, headers, _ = records[progress.done]
+            progress.memory_needed = estimate_record_size(key, value, headers)
+            return
+
+
+def _note_batch(progress: RunProgress, batch: ProducerBatch) -> None:
+    """Record that the records up to `progress.done` went into `batch` (once per batch)."""
+    entry = (progress.done, batch, len(batch.timestamps) - 1)
+    if progress.batches and progress.batches[-1][1] is batch:
+        progress.batches[-1] = entry
+    elif progress.done > (progress.batches[-1][0] if progress.batches else 0):
+        progress.batches.append(entry)
+
+
+def _fill(
+    batch: ProducerBatch,
+    records: Sequence[WireRecord],
+    progress: RunProgress,
+    pool: BufferPool,
+    batch_size: int,
+) -> None:
+    """Append records to an open batch while it stays within `batch.size` and the pool's room."""
+    builder = batch.builder
+    assert builder is not None, "an open batch has its builder"
+    start_size = builder.size_in_bytes
+    limit = min(batch_size, start_size + pool.available)
+    append = builder.try_append
+    timestamps = batch.timestamps
+    index = progress.done
+    total = len(records)
+    try:
+        while index < total:
+            key, value, headers, timestamp = records[index]
+            if not append(key, value, headers, timestamp, limit):
+                break
+            timestamps.append(timestamp)
+            index += 1
+    finally:  # also when a record is not in wire form: the ones before it are in, and accounted
+        grown = builder.size_in_bytes - start_size
+        pool.available -= grown
+        batch.reserved += grown
+        progress.done = index
+    if builder.size_in_bytes >= batch_size or (index < total and limit == batch_size):
+        batch.full = True
+        progress.woke_sender = True
