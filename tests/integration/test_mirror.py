@@ -26,6 +26,7 @@ from mirror_support import (
 )
 
 from backbone.client import Admin, NewTopic, Producer
+from backbone.client.partitioner import partition_for_key
 from backbone.mirror import provenance
 
 pytestmark = pytest.mark.integration
@@ -82,6 +83,24 @@ def test_every_record_arrives_whole_in_the_same_partition(clusters, tmp_path, wa
         assert "event=mirror_progress" in started[0].output()
     with Admin(bootstrap_servers=target.bootstrap) as admin:
         assert len(admin.describe_topics(["pageviews"])["pageviews"].partitions) == 3
+
+
+def test_a_target_topic_with_other_partitions_gets_records_by_key_hash(clusters, tmp_path, wait_for) -> None:
+    source, target = clusters
+    with Admin(bootstrap_servers=source.bootstrap) as admin:
+        admin.create_topics([NewTopic("searches", 3, 1)])
+    with Admin(bootstrap_servers=target.bootstrap) as admin:
+        admin.create_topics([NewTopic("searches", 2, 1)])  # made earlier, with fewer partitions
+    produce(source.bootstrap, "searches", 300)
+    with mirrors() as started:
+        args = mirror_args(source.bootstrap, target.bootstrap, "--topics", "searches")
+        started.append(MirrorProcess(tmp_path / "mirror.log", *args).start())
+        wait_for(lambda: end_total(target.bootstrap, "searches") >= 300, timeout=60, what="300 records")
+    copies = read_all(target.bootstrap, "searches")
+    assert sorted(c.value for c in copies) == sorted(b"value-%d" % i for i in range(300))
+    for copy in copies:
+        assert copy.partition == partition_for_key(copy.key, 2), "where the key hashes among 2 partitions"
+        assert provenance.origin(copy.headers).offset == int(copy.value[6:]) // 3  # partition i % 3
 
 
 def test_kill_9_loses_nothing_and_new_topics_are_picked_up(clusters, tmp_path, wait_for) -> None:
