@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
 from backbone.client.group_requests import PROTOCOL_TYPE, find_coordinator, offset_commit, offset_fetch
 from backbone.client.messages import group_by_topic
+from backbone.client.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.consumer_groups.consumer_protocol import decode_assignment
 from backbone.consumer_groups.lag import MemberInfo, PartitionLag, group_lag
@@ -295,6 +297,38 @@ class GroupAdminMixin:
             g: group_lag(g, {tp: o.offset for tp, o in committed[g].items()}, log_end, owners[g])
             for g in wanted
         }
+
+    async def mirror_lag(
+        self: AsyncAdmin, group_id: str, *, timeout_ms: int | None = None
+    ) -> list[MirrorLag]:
+        """A mirror group's lag per source partition, in records and in seconds of event time (see
+        `mirror_progress`). Ask the source cluster: that is where a mirror's group commits."""
+        committed = await self.list_consumer_group_offsets(group_id, timeout_ms=timeout_ms)
+        log_end = await self._log_end_offsets(committed, timeout_ms)
+        records = {
+            tp: None if log_end[tp] is None else log_end[tp] - committed[tp].offset for tp in committed
+        }
+        lagging = [tp for tp, behind in records.items() if behind is not None and behind > 0]
+        newest: dict[TopicPartition, Any] = {}
+        if lagging:
+            specs = dict.fromkeys(lagging, "max_timestamp")
+            with contextlib.suppress(KafkaError):  # a partition without a leader right now: seconds unknown
+                newest = await self.list_offsets(specs, timeout_ms=timeout_ms)
+        return [
+            MirrorLag(
+                tp.topic,
+                tp.partition,
+                offset.offset,
+                log_end[tp],
+                records[tp],
+                lag_seconds(
+                    records[tp],
+                    newest[tp].timestamp if tp in newest else None,
+                    newest_copied_ms(offset.metadata),
+                ),
+            )
+            for tp, offset in sorted(committed.items())
+        ]
 
     async def _log_end_offsets(
         self: AsyncAdmin, partitions: Iterable[TopicPartition], timeout_ms: int | None

@@ -326,3 +326,4 @@ class Admin(_Facade):
     alter_consumer_group_offsets = _blocking("alter_consumer_group_offsets", AsyncAdmin)
     delete_consumer_group_offsets = _blocking("delete_consumer_group_offsets", AsyncAdmin)
     consumer_group_lag = _blocking("consumer_group_lag", AsyncAdmin)
+    mirror_lag = _blocking("mirror_lag", AsyncAdmin)

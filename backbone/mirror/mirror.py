@@ -38,6 +38,7 @@ from backbone.client import (
     TopicPartition,
 )
 from backbone.client.audit import AuditCounter, AuditPublisher
+from backbone.client.mirror_progress import commit_metadata
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig
@@ -355,7 +356,7 @@ class Mirror(ConsumerRebalanceListener):
 
     async def _commit(self, partitions: set[TopicPartition] | None) -> None:
         offsets = {
-            tp: OffsetAndMetadata(p.acknowledged, "")
+            tp: OffsetAndMetadata(p.acknowledged, commit_metadata(p.newest_timestamp))
             for tp, p in self._stats.partitions.items()
             if p.acknowledged is not None
             and p.acknowledged != p.committed

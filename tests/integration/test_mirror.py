@@ -103,6 +103,28 @@ def test_a_target_topic_with_other_partitions_gets_records_by_key_hash(clusters,
         assert provenance.origin(copy.headers).offset == int(copy.value[6:]) // 3  # partition i % 3
 
 
+def test_the_admin_client_tells_a_mirrors_lag_in_records_and_seconds(clusters, tmp_path, wait_for) -> None:
+    source, target = clusters
+    with Admin(bootstrap_servers=source.bootstrap) as admin:
+        admin.create_topics([NewTopic("carts", 3, 1)])
+    produce(source.bootstrap, "carts", 300)  # timestamps 1 ms apart
+    with mirrors() as started:
+        args = mirror_args(source.bootstrap, target.bootstrap, "--topics", "carts", "--group", "carts-mirror")
+        started.append(MirrorProcess(tmp_path / "mirror.log", *args).start())
+        wait_for(lambda: caught_up(source.bootstrap, "carts-mirror", "carts"), timeout=60, what="caught up")
+        with Admin(bootstrap_servers=source.bootstrap) as admin:
+            caught = admin.mirror_lag("carts-mirror")
+        assert [(m.partition, m.records, m.seconds) for m in caught] == [(p, 0, 0.0) for p in range(3)]
+        assert started[0].terminate() == 0
+    produce(source.bootstrap, "carts", 300, start=300)  # the newest is now 300 ms of event time ahead
+    with Admin(bootstrap_servers=source.bootstrap) as admin:
+        behind = admin.mirror_lag("carts-mirror")
+    assert [(m.topic, m.partition, m.committed_offset, m.log_end_offset, m.records) for m in behind] == [
+        ("carts", p, 100, 200, 100) for p in range(3)
+    ]
+    assert [m.seconds for m in behind] == [pytest.approx(0.3)] * 3
+
+
 def test_kill_9_loses_nothing_and_new_topics_are_picked_up(clusters, tmp_path, wait_for) -> None:
     source, target = clusters
     with Admin(bootstrap_servers=source.bootstrap) as admin:
