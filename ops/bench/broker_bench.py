@@ -1,33 +1,39 @@
 """Broker benchmarks on loopback: one broker, one partition, 200-byte values, acks=1.
 
-    python ops/bench/broker_bench.py [--records 1000000] [--latency-seconds 10] [--write docs/benchmarks.md]
+    python ops/bench/broker_bench.py [--records 1000000] [--rounds 3] [--write]
 
 Starts a real ZooKeeper and one broker (as `backbone dev` does), then measures, each bounded in count and
-time: a librdkafka producer (confluent-kafka, Python loop; and kcat, librdkafka's C tool, reading the
-records from a file), our Python producer, our consumer (records decoded), and end-to-end latency at a
-fixed 10,000 records/s (produce timestamp to poll, our producer and consumer). Prints a markdown table.
+time: a librdkafka producer (confluent-kafka, Python loop, if installed; and kcat, librdkafka's C tool,
+reading the records from a file, if installed), our Python producer and our consumer (every value read).
+Prints a markdown table; `--write` puts it into the broker's section of docs/benchmarks.md. End-to-end
+latency is `latency_bench.py`'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report
+from local_cluster import one_broker, stop_on_termination
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from backbone.coordination import ZooKeeperServer, find_free_port
-from backbone.dev.processes import BrokerProcess
 
 VALUE_SIZE = 200
+SECTION = "## Broker (issue: Kafka-protocol broker)"
+NAME = "broker"
 
 
 def timed(label: str, count: int, run: Callable[[], int]) -> float:
@@ -110,71 +116,68 @@ def our_consumer(bootstrap: str, topic: str, count: int) -> int:
     return min(seen, count)
 
 
-def end_to_end_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, float]:
-    """Produce at `rate` records/s with our producer; the consumer measures now - record timestamp."""
-    consumer = Consumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100, fetch_min_bytes=1)
-    consumer.assign([TopicPartition(topic, 0)])
-    consumer.seek_to_end()
-    latencies: list[float] = []
-    total = int(rate * seconds)
-    stop = threading.Event()
+CONFLUENT = "librdkafka producer (confluent-kafka, Python loop)"
+KCAT = "librdkafka producer (kcat, C)"
+OUR_PRODUCER = "our producer (sync `Producer`)"
+OUR_CONSUMER = "our consumer (sync `Consumer`, every value read)"
+TARGETS = {CONFLUENT: ">= 800,000", OUR_PRODUCER: ">= 300,000", OUR_CONSUMER: ">= 1,000,000"}
 
-    def consume() -> None:
-        while not stop.is_set() and len(latencies) < total:
-            for records in consumer.poll(timeout_ms=200).values():
-                now = time.time() * 1000
-                latencies.extend(now - record.timestamp for record in records)
 
-    reader = threading.Thread(target=consume)
-    reader.start()
-    producer = Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
-    value = b"x" * VALUE_SIZE
-    started = time.perf_counter()
-    try:
-        for i in range(total):
-            target = started + i / rate
-            delay = target - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send(topic, value, partition=0)
-        producer.flush(timeout=60)
-        deadline = time.monotonic() + 30
-        while len(latencies) < total and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        reader.join(30)
-        producer.close()
-        consumer.close()
-    latencies.sort()
-    quantile = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]  # noqa: E731
-    return {"count": len(latencies), "p50": quantile(0.5), "p99": quantile(0.99), "max": latencies[-1]}
+def available_producers(bootstrap: str, directory: Path, records: int) -> dict[str, Callable[[str], int]]:
+    """The producers to compare, each given a topic; librdkafka's only where it is installed."""
+    producers: dict[str, Callable[[str], int]] = {}
+    if importlib.util.find_spec("confluent_kafka") is not None:
+        producers[CONFLUENT] = partial(librdkafka_producer, bootstrap, count=records)
+    else:
+        print("confluent-kafka is not installed: its row is left out", file=sys.stderr)
+    if shutil.which("kcat") is not None:
+        producers[KCAT] = partial(kcat_producer, bootstrap, count=records, directory=directory)
+    else:
+        print("kcat is not installed: its row is left out", file=sys.stderr)
+    producers[OUR_PRODUCER] = partial(our_producer, bootstrap, count=records)
+    return producers
 
 
 def measure(bootstrap: str, directory: Path, records: int, rounds: int) -> dict[str, list[float]]:
     """records/s of each client, `rounds` times, every run into a fresh topic."""
-    producers: dict[str, Callable[[str], int]] = {
-        "librdkafka producer (confluent-kafka, Python loop)": partial(
-            librdkafka_producer, bootstrap, count=records
-        ),
-        "librdkafka producer (kcat, C)": partial(
-            kcat_producer, bootstrap, count=records, directory=directory
-        ),
-        "our producer": partial(our_producer, bootstrap, count=records),
-    }
+    producers = available_producers(bootstrap, directory, records)
     topics = [f"p{p}-r{r}" for p in range(len(producers)) for r in range(rounds)]
-    admin = Admin(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(name, 1, 1) for name in [*topics, "e2e"]])
-    admin.close()
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(name, 1, 1) for name in topics])
     results: dict[str, list[float]] = {}
     for r in range(rounds):
         for p, (label, produce) in enumerate(producers.items()):
             topic = f"p{p}-r{r}"
             results.setdefault(label, []).append(timed(label, records, partial(produce, topic)))
+            print(f"round {r + 1}: {label}: {results[label][-1]:,.0f} records/s", file=sys.stderr)
         # Our consumer reads back what our producer just wrote.
-        consume = partial(our_consumer, bootstrap, f"p{len(producers) - 1}-r{r}", records)
-        results.setdefault("our consumer (records decoded)", []).append(timed("consumer", records, consume))
+        consume = partial(our_consumer, bootstrap, f"p{list(producers).index(OUR_PRODUCER)}-r{r}", records)
+        results.setdefault(OUR_CONSUMER, []).append(timed("consumer", records, consume))
+        print(f"round {r + 1}: {OUR_CONSUMER}: {results[OUR_CONSUMER][-1]:,.0f} records/s", file=sys.stderr)
     return results
+
+
+def render(args: argparse.Namespace, when: str, results: dict[str, list[float]]) -> str:
+    rows = []
+    for label, rates in results.items():
+        rate = statistics.median(rates)
+        runs = ", ".join(f"{run:,.0f}" for run in rates)
+        rows.append([label, f"{rate:,.0f}", runs, f"{rate * VALUE_SIZE / 1e6:,.1f}", TARGETS.get(label, "")])
+    about = (
+        f"One broker, one partition, {VALUE_SIZE}-byte values, acks=1; {args.records:,} records a run, each "
+        f"run into a fresh topic; median of {args.rounds} runs. Our consumer reads back what our producer "
+        "wrote in the same round."
+    )
+    header = ["measurement", "records/s (median)", "runs", "MB/s of values", "target"]
+    return "\n".join(
+        [
+            report.run_facts(report.command("broker_bench.py"), when),
+            "",
+            report.wrap(about),
+            "",
+            report.table(header, rows),
+        ]
+    )
 
 
 def main() -> None:
@@ -183,34 +186,18 @@ def main() -> None:
     )
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3, help="runs per measurement; the median is reported")
-    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
     args = parser.parse_args()
-
-    with tempfile.TemporaryDirectory(dir="/work" if Path("/work").is_dir() else None) as work:
+    stop_on_termination()
+    when = report.started()
+    with tempfile.TemporaryDirectory(dir=report.ROOT.parent) as work:
         directory = Path(work)
-        zookeeper = ZooKeeperServer(directory / "zk", find_free_port(), force_sync=False)
-        zookeeper.start(timeout=60)
-        broker = BrokerProcess(1, zookeeper.connect_string + "/bench", directory / "broker")
-        try:
-            broker.start(timeout=60)
+        with one_broker(directory / "backbone") as broker:
             results = measure(broker.bootstrap, directory, args.records, args.rounds)
-            latency = end_to_end_latency(broker.bootstrap, "e2e", 10_000, args.latency_seconds)
-        finally:
-            broker.stop()
-            zookeeper.stop()
-    print(
-        f"One broker, one partition, {VALUE_SIZE}-byte values, acks=1, "
-        f"{args.records:,} records a run, median of {args.rounds} runs:\n"
-    )
-    print("| measurement | records/s | MB/s |")
-    print("| --- | ---: | ---: |")
-    for label, rates in results.items():
-        rate = statistics.median(rates)
-        print(f"| {label} | {rate:,.0f} | {rate * VALUE_SIZE / 1e6:,.1f} |")
-    print(
-        f"\nEnd-to-end latency at 10,000 records/s ({latency['count']:,} records): "
-        f"p50 {latency['p50']:.1f} ms, p99 {latency['p99']:.1f} ms, max {latency['max']:.1f} ms"
-    )
+    body = render(args, when, results)
+    print(body)
+    if args.write:
+        report.write_block(NAME, SECTION, body)
 
 
 if __name__ == "__main__":

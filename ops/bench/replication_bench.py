@@ -1,6 +1,6 @@
 """Replication benchmarks on a local 3-broker cluster with default settings.
 
-    python ops/bench/replication_bench.py [--records 300000] [--rounds 3] [--kills 20]
+    python ops/bench/replication_bench.py [--records 300000] [--rounds 3] [--kills 20] [--write]
 
 1. Throughput: the same producer writes `--records` 200-byte records to a topic with replication factor 1
    and acks=1, then to one with replication factor 3, min.insync.replicas=2 and acks=all; the rounds
@@ -11,6 +11,7 @@
    a full ISR between kills. Prints p50 and max.
 
 Every step is bounded in count and time. ZooKeeper and the brokers are started and stopped by the script.
+`--write` puts the figures into the replication section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,12 +25,20 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report
+from local_cluster import stop_on_termination
 
 from backbone.client import Admin, NewTopic, Producer
 from backbone.coordination import ClusterStore, ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 
 VALUE = b"x" * 200
+SECTION = "## Replication (issue: replication)"
+NAME = "replication"
+RF1 = "rf1 acks=1"
+RF3 = "rf3 acks=all"
 
 
 def produce(bootstrap: str, topic: str, count: int, acks: str) -> float:
@@ -59,13 +68,11 @@ def throughput(bootstrap: str, records: int, rounds: int) -> dict[str, list[floa
             ]
         admin.create_topics(topics)
     time.sleep(1.0)  # leaders elected and followers fetching before the clock starts
-    results: dict[str, list[float]] = {"rf1 acks=1": [], "rf3 acks=all": []}
+    results: dict[str, list[float]] = {RF1: [], RF3: []}
     for r in range(rounds):
-        results["rf1 acks=1"].append(produce(bootstrap, f"rf1-{r}", records, "1"))
-        results["rf3 acks=all"].append(produce(bootstrap, f"rf3-{r}", records, "all"))
-        print(
-            f"round {r + 1}: rf1 {results['rf1 acks=1'][-1]:,.0f}/s rf3 {results['rf3 acks=all'][-1]:,.0f}/s"
-        )
+        results[RF1].append(produce(bootstrap, f"rf1-{r}", records, "1"))
+        results[RF3].append(produce(bootstrap, f"rf3-{r}", records, "all"))
+        print(f"round {r + 1}: rf1 {results[RF1][-1]:,.0f}/s rf3 {results[RF3][-1]:,.0f}/s", file=sys.stderr)
     return results
 
 
@@ -132,7 +139,10 @@ def failover(brokers: list[BrokerProcess], store: ClusterStore, kills: int) -> l
             if acked_at is None:
                 raise RuntimeError(f"kill {kill + 1}: no acknowledged write within 120 s")
             times.append(acked_at - killed_at)
-            print(f"kill {kill + 1}: broker {victim.broker_id}, first acks=all write after {times[-1]:.2f} s")
+            print(
+                f"kill {kill + 1}: broker {victim.broker_id}, first acks=all write after {times[-1]:.2f} s",
+                file=sys.stderr,
+            )
             victim.start(timeout=120)
     finally:
         producer.close()
@@ -147,6 +157,31 @@ def wait(condition, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def render(args: argparse.Namespace, when: str, results: dict[str, list[float]], times: list[float]) -> str:
+    lines = [report.run_facts(report.command("replication_bench.py"), when)]
+    if results:
+        labels = {
+            RF1: "replication factor 1, acks=1",
+            RF3: "replication factor 3, acks=all, min.insync.replicas=2",
+        }
+        medians = {key: statistics.median(rates) for key, rates in results.items()}
+        rows = [
+            [label, f"{medians[key]:,.0f}", ", ".join(f"{rate:,.0f}" for rate in results[key])]
+            for key, label in labels.items()
+        ]
+        rows.append(["ratio", f"{medians[RF3] / medians[RF1]:.0%} (target: at least 40%)", ""])
+        header = [f"{args.records:,} records of 200 bytes", f"records/s (median of {args.rounds})", "runs"]
+        lines += ["", report.table(header, rows)]
+    if times:
+        p50, worst = statistics.median(times), max(times)
+        failover = (
+            f"Failover over {len(times)} leader kills, from the kill to the first acks=all acknowledgement "
+            f"of a record sent after it: **p50 {p50:.2f} s, max {worst:.2f} s** (target: p50 at most 3 s)."
+        )
+        lines += ["", report.wrap(failover)]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -154,8 +189,11 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir="/work" if Path("/work").is_dir() else None) as work:
+    stop_on_termination()
+    when = report.started()
+    with tempfile.TemporaryDirectory(dir=report.ROOT.parent) as work:
         directory = Path(work)
         zookeeper = ZooKeeperServer(directory / "zk", find_free_port(), force_sync=False)
         zookeeper.start(timeout=60)
@@ -174,16 +212,10 @@ def main() -> None:
             for broker in brokers:
                 broker.stop()
             zookeeper.stop()
-    if results:
-        rf1 = statistics.median(results["rf1 acks=1"])
-        rf3 = statistics.median(results["rf3 acks=all"])
-        print(f"\n| measurement | records/s (median of {args.rounds}) |\n|---|---|")
-        print(f"| replication factor 1, acks=1 | {rf1:,.0f} |")
-        print(f"| replication factor 3, acks=all, min.insync.replicas=2 | {rf3:,.0f} |")
-        print(f"| ratio | {rf3 / rf1:.0%} |")
-    if times:
-        p50, worst = statistics.median(times), max(times)
-        print(f"\nfailover over {len(times)} kills: p50 {p50:.2f} s, max {worst:.2f} s")
+    body = render(args, when, results, times)
+    print(body)
+    if args.write:
+        report.write_block(NAME, SECTION, body)
 
 
 if __name__ == "__main__":

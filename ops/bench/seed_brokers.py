@@ -23,14 +23,15 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from backbone.coordination import ZooKeeperServer, find_free_port
+from local_cluster import START_TIMEOUT, one_broker
+
+from backbone.coordination import find_free_port
 from backbone.dev.processes import BrokerProcess, stop_child, wait_listening
 
 HOST = "127.0.0.1"
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 EPMD = "epmd"
-START_TIMEOUT = 120.0  # a JVM or an Erlang VM starting on a busy 2-core machine
 
 INSTALL_HINT = "run ops/bench/install-brokers (installs RabbitMQ, ActiveMQ, pika and stomp.py)"
 
@@ -82,22 +83,9 @@ def running(command: list[str], output: Path, port: int, what: str, **env: str) 
 @contextlib.contextmanager
 def backbone_broker(directory: Path) -> Iterator[BrokerProcess]:
     """ZooKeeper and one Backbone broker; yields the running broker (its `bootstrap`, its `log.dirs`)."""
-    zookeeper = ZooKeeperServer(directory / "zk", find_free_port(), force_sync=False)
-    zookeeper.start(timeout=START_TIMEOUT)
-    try:
-        broker = BrokerProcess(
-            1,
-            zookeeper.connect_string + "/seed",
-            directory / "broker",
-            properties={"log.flush.interval.messages": 10_000},
-        )
-        broker.start(timeout=START_TIMEOUT)
-        try:
-            yield broker
-        finally:
-            broker.stop(timeout=30)
-    finally:
-        zookeeper.stop()
+    seed_settings = {"log.flush.interval.messages": 10_000}
+    with one_broker(directory, seed_settings, chroot="/seed") as broker:
+        yield broker
 
 
 @contextlib.contextmanager

@@ -26,8 +26,8 @@ Each measurement runs `--rounds` times (the systems take turns within a round), 
 
     python ops/bench/seed_comparison.py [--records 100000] [--rounds 3] [--seconds 60] [--write]
 
-Run `ops/bench/install-brokers` first (or pass `--install`). `--write` puts the result into
-docs/benchmarks.md as the section "The seed's comparison" (replacing an older one).
+Run `ops/bench/install-brokers` first (or pass `--install`). `--write` puts the figures into the section
+"The seed's comparison" of docs/benchmarks.md (replacing the older figures there).
 """
 
 from __future__ import annotations
@@ -35,17 +35,11 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import datetime
 import logging
-import os
-import platform
-import shlex
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import uuid
@@ -58,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import report  # noqa: E402
+from local_cluster import stop_on_termination, stored_batches  # noqa: E402
 from seed_brokers import (  # noqa: E402
     HOST,
     INSTALL_HINT,
@@ -68,13 +64,12 @@ from seed_brokers import (  # noqa: E402
 )
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from backbone.protocol.record_batch import HEADER_SIZE, read_header  # noqa: E402
 from backbone.protocol.records import RecordBatchBuilder  # noqa: E402
 
 VALUE_SIZE = 200
 PREFETCH_RECORDS = 1000  # the seed: "up to 1000 messages or about 200KB" per pull, for every system
 SECTION = "## The seed's comparison"
-DOCS = ROOT / "docs" / "benchmarks.md"
+NAME = "seed"
 SENDER_LOGGER = "backbone.client.sender"
 
 
@@ -172,17 +167,7 @@ def quiet(name: str) -> Iterator[None]:
 def batch_record_counts(log_dirs: str, topic: str) -> collections.Counter[int]:
     """How many records each stored batch of partition 0 holds (batches as the producer sent them: the
     broker appends a request's batch as it came). Checks that batch 1 and batch 50 mean what they say."""
-    counts: collections.Counter[int] = collections.Counter()
-    for segment in sorted((Path(log_dirs) / f"{topic}-0").glob("*.log")):
-        data = segment.read_bytes()
-        position = 0
-        while position + HEADER_SIZE <= len(data):
-            header = read_header(data, position)
-            if header.batch_length <= 0:  # the unwritten (zero) tail of a preallocated segment
-                break
-            counts[header.record_count] += 1
-            position += header.size
-    return counts
+    return collections.Counter(header.record_count for header in stored_batches(log_dirs, topic))
 
 
 def check_batches(log_dirs: str, topic: str, per_batch: int) -> None:
@@ -414,7 +399,7 @@ def measure(args: argparse.Namespace, directory: Path) -> tuple[dict[str, list[R
             for label, work in producers.items():
                 run = timed(work, args.seconds)
                 produced[label].append(run)
-                report(round_number, f"produce {label}", run)
+                print_run(round_number, f"produce {label}", run)
                 if label in topics:
                     check_batches(log_dirs, topics[label], batch[label])
             # Each consumer reads what its system's producer wrote this round (Backbone: the batch-50 topic).
@@ -427,11 +412,11 @@ def measure(args: argparse.Namespace, directory: Path) -> tuple[dict[str, list[R
             for label, work in consumers.items():
                 run = timed(work, args.seconds)
                 consumed[label].append(run)
-                report(round_number, f"consume {label}", run)
+                print_run(round_number, f"consume {label}", run)
     return produced, consumed
 
 
-def report(round_number: int, what: str, run: Run) -> None:
+def print_run(round_number: int, what: str, run: Run) -> None:
     line = f"round {round_number}: {what}: {run.records:,} records in {run.seconds:.2f} s = {run.rate:,.0f}/s"
     print(line, file=sys.stderr, flush=True)
 
@@ -447,21 +432,12 @@ def package_version(name: str) -> str:
     return result.stdout.strip() or "unknown"
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+def compared_brokers() -> str:
     from importlib.metadata import version
 
-    host = f"{os.cpu_count()} virtual cores ({cpu}), {memory:.0f} GiB of memory"
-    system = f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
     rabbitmq = f"RabbitMQ {package_version('rabbitmq-server')} with pika {version('pika')}"
     activemq = f"ActiveMQ {package_version('activemq')} with stomp.py {version('stomp.py')}"
-    return f"{host}, {system}; {rabbitmq}, {activemq}; all on loopback, data on the same disk"
+    return f"{rabbitmq}, {activemq}; all on loopback, data on the same disk"
 
 
 def ratio(ours: float, theirs: float) -> str:
@@ -477,7 +453,7 @@ READING_GUIDE = (
 
 
 def render(args: argparse.Namespace, command: str, started: str, produced, consumed) -> str:
-    """The docs section: settings, machine, date, command, the table and the ratios against the targets."""
+    """The figures: command, date, machine, settings, the table and the ratios against the targets."""
     about = (
         f"{VALUE_SIZE}-byte messages, one producer, then one consumer reading what it wrote; every run "
         f"bounded by {args.records:,} records and {args.seconds:.0f} s; medians of {args.rounds} rounds "
@@ -489,11 +465,9 @@ def render(args: argparse.Namespace, command: str, started: str, produced, consu
         "send); consumers prefetch about 1,000 messages, RabbitMQ and ActiveMQ acknowledge automatically."
     )
     lines = [
-        SECTION,
+        report.run_facts(command, started, compared_brokers()),
         "",
-        wrap(f"Command: `{command}` ({started}). {machine()}."),
-        "",
-        wrap(about),
+        report.wrap(about),
         "",
         "| system | produce, records/s | consume, records/s |",
         "| --- | ---: | ---: |",
@@ -518,26 +492,8 @@ def render(args: argparse.Namespace, command: str, started: str, produced, consu
     return "\n".join(lines) + "\n"
 
 
-def wrap(paragraph: str) -> str:
-    """Lines of at most 110 characters, as the rest of docs/benchmarks.md."""
-    return textwrap.fill(paragraph, width=110, break_long_words=False, break_on_hyphens=False)
-
-
 def _cell(runs: list[Run]) -> str:
     return f"{median_rate(runs):,.0f} ({', '.join(f'{run.rate:,.0f}' for run in runs)})"
-
-
-def write_section(section: str, path: Path = DOCS) -> None:
-    """Replace the section in docs/benchmarks.md (up to the next `## ` heading), or append it."""
-    text = path.read_text(encoding="utf-8")  # read just before writing: others edit this file too
-    start = text.find(SECTION + "\n")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = "" if end < 0 else text[end + 1 :]
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    path.write_text(text, encoding="utf-8")
 
 
 def main() -> int:
@@ -548,9 +504,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each measurement (default 3)")
     parser.add_argument("--seconds", type=float, default=60.0, help="time limit of one run (default 60)")
     parser.add_argument("--install", action="store_true", help="run ops/bench/install-brokers first")
-    parser.add_argument(
-        "--write", action="store_true", help=f"write the section into {DOCS.relative_to(ROOT)}"
-    )
+    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
     args = parser.parse_args()
     if args.records < 2 or args.rounds < 1 or args.seconds <= 0:
         parser.error("--records must be at least 2, --rounds at least 1, --seconds positive")
@@ -561,21 +515,16 @@ def main() -> int:
         print(f"missing: {', '.join(missing)}; {INSTALL_HINT}", file=sys.stderr)
         return 2
 
-    command = shlex.join(["python", "ops/bench/seed_comparison.py", *sys.argv[1:]])
+    command = report.command("seed_comparison.py")
     # The brokers run in sessions of their own: a SIGTERM or SIGHUP here must unwind and stop them too.
-    for stop_signal in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(stop_signal, lambda number, _frame: sys.exit(128 + number))
-    # The machine is shared: the load when the run started goes with the figures.
-    started = (
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f}"
-    )
+    stop_on_termination()
+    started = report.started()
     with tempfile.TemporaryDirectory(prefix="seed-comparison-", dir=ROOT.parent) as directory:
         produced, consumed = measure(args, Path(directory))
     section = render(args, command, started, produced, consumed)
     print(section)
     if args.write:
-        write_section(section)
-        print(f"wrote the section to {DOCS}", file=sys.stderr)
+        report.write_block(NAME, SECTION, section)
     return 0
 
 
