@@ -307,11 +307,17 @@ class Partition:
 
     def new_waiter(self) -> asyncio.Future[None]:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.add_waiter(waiter)
+        return waiter
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        """Have the next append or leadership change complete `waiter` (one future may wait on several
+        partitions: whichever moves first completes it)."""
         if len(self._waiters) >= 64:
-            # Long-polls that timed out cancel their waiter; drop those so an idle partition stays small.
+            # Long-polls woken elsewhere or timed out leave done waiters; drop those so an idle partition
+            # stays small.
             self._waiters = [w for w in self._waiters if not w.done()]
         self._waiters.append(waiter)
-        return waiter
 
     def wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -6,7 +6,8 @@ In the spirit of Kafka's producer and consumer performance tools and its end-to-
   on each record would slow the producer it measures);
 - `consume` reads N records from the beginning of a topic's partitions and reports records/s and MB/s;
 - `e2e` produces at a fixed rate while a consumer reads the same topic and reports, for every record,
-  the time from just before `send` to the moment `poll` returned it (the send time travels in the value).
+  the time from just before `send` to the moment `poll` returned it (the send time travels in the value);
+  one untimed record per partition warms the producer up first.
 Every run is bounded by `--num-records` and by `--max-seconds`; a progress line goes to stderr while it
 runs, the result to stdout (one line, or JSON with `--json`).
 """
@@ -33,7 +34,7 @@ from backbone.cli.connect import (
 from backbone.cli.perf_stats import LatencySamples, Progress, Summary, Throttle
 
 if TYPE_CHECKING:
-    from backbone.client import Consumer, TopicPartition
+    from backbone.client import Consumer, Producer, TopicPartition
 
 _SEND_TIME = struct.Struct(">q")  # e2e: the send time in ns at the start of each value
 _POLL_MS = 100
@@ -208,24 +209,45 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _end_to_end(args: argparse.Namespace) -> int:
+    from backbone.client import Producer
+
     _ensure_topic(args)
     consumer, assigned = _assigned_consumer(args, fetch_max_wait_ms=100, fetch_min_bytes=1)
+    try:
+        producer = Producer({"linger.ms": 0, **_producer_config(args)})
+    except BaseException:
+        consumer.close()
+        raise
+    try:
+        return _measure_end_to_end(args, producer, consumer, assigned)
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def _measure_end_to_end(
+    args: argparse.Namespace, producer: Producer, consumer: Consumer, assigned: list[TopicPartition]
+) -> int:
     latency = LatencySamples()
     progress = Progress(sys.stderr, "received")
     deadline = time.monotonic() + args.max_seconds
     stop = threading.Event()
     failures: list[BaseException] = []
     received = 0
-    sender: threading.Thread | None = None
+    padding = os.urandom(args.record_size - _SEND_TIME.size)
+    _warm_up(producer, assigned, padding, deadline)
+    consumer.seek_to_end(*assigned)
+    for tp in assigned:  # resolve the end offsets now, so no record sent from here on is missed
+        consumer.position(tp)
+    sender = threading.Thread(
+        target=_send_paced,
+        args=(producer, args, padding, stop, failures, deadline),
+        name="perf-e2e-producer",
+        daemon=True,
+    )
+    started = time.perf_counter()
+    sender.start()
     try:
-        consumer.seek_to_end(*assigned)
-        for tp in assigned:  # resolve the end offsets now, so no record sent from here on is missed
-            consumer.position(tp)
-        sender = threading.Thread(
-            target=_send_paced, args=(args, stop, failures, deadline), name="perf-e2e-producer", daemon=True
-        )
-        started = time.perf_counter()
-        sender.start()
         while received < args.num_records and time.monotonic() < deadline and not failures:
             for records in consumer.poll(timeout_ms=_POLL_MS).values():
                 now = time.time_ns()
@@ -236,8 +258,6 @@ def _end_to_end(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - started
     finally:
         stop.set()
-        consumer.close()
-    if sender is not None:
         sender.join(timeout=60)
     if received < args.num_records:
         print(f"only {received:,} of {args.num_records:,} records arrived in time", file=sys.stderr)
@@ -245,19 +265,36 @@ def _end_to_end(args: argparse.Namespace) -> int:
     return _report(args, summary)
 
 
-def _send_paced(args: argparse.Namespace, stop: threading.Event, failures: list, deadline: float) -> None:
-    from backbone.client import Producer
+def _warm_up(producer: Producer, partitions: list[TopicPartition], padding: bytes, deadline: float) -> None:
+    """One acknowledged record per partition before the clock starts (the consumer starts after them).
 
-    padding = os.urandom(args.record_size - _SEND_TIME.size)
-    throttle = Throttle(args.throughput)
-    config = {"linger.ms": 0, **_producer_config(args)}
+    The first send waits for the topic's metadata, a producer id and a connection to each leader; timed,
+    that start-up (~0.1 s) and the records queued behind it were the run's worst latencies, enough to set
+    its p99 on their own (Kafka's producer performance tool has --warmup-records for the same reason).
+    """
+    futures = [
+        producer.send(tp.topic, _SEND_TIME.pack(time.time_ns()) + padding, partition=tp.partition)
+        for tp in partitions
+    ]
+    for future in futures:
+        future.result(timeout=max(deadline - time.monotonic(), 1.0))
+
+
+def _send_paced(
+    producer: Producer,
+    args: argparse.Namespace,
+    padding: bytes,
+    stop: threading.Event,
+    failures: list,
+    deadline: float,
+) -> None:
+    throttle = Throttle(args.throughput)  # from the first measured send on, not from the warm-up
     try:
-        with Producer(config) as producer:
-            for sent in range(args.num_records):
-                if stop.is_set() or time.monotonic() >= deadline:
-                    break
-                throttle.wait_for(sent)
-                producer.send(args.topic, _SEND_TIME.pack(time.time_ns()) + padding)
-            producer.flush(timeout=30)
+        for sent in range(args.num_records):
+            if stop.is_set() or time.monotonic() >= deadline:
+                break
+            throttle.wait_for(sent)
+            producer.send(args.topic, _SEND_TIME.pack(time.time_ns()) + padding)
+        producer.flush(timeout=30)
     except Exception as error:  # reported by the main thread, which stops waiting for records
         failures.append(error)

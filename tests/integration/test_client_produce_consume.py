@@ -181,6 +181,26 @@ def test_consumer_reads_records_as_they_are_produced(cluster, topic: str) -> Non
     assert values == [b"live"]
 
 
+def test_a_waiting_fetch_is_answered_as_soon_as_a_record_is_appended(cluster, topic: str) -> None:
+    # The fetch waits at the broker for up to fetch.max.wait.ms (20 s): an append to either partition in it
+    # must answer it at once, not when the wait runs out.
+    partitions = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    with (
+        Consumer(bootstrap_servers=cluster.bootstrap, fetch_max_wait_ms=20_000) as consumer,
+        Producer(bootstrap_servers=cluster.bootstrap) as producer,
+    ):
+        consumer.assign(partitions)
+        consumer.seek_to_end(*partitions)
+        assert [consumer.position(tp) for tp in partitions] == [0, 0]
+        assert consumer.poll(timeout_ms=500) == {}  # meanwhile a fetch went out and waits at the broker
+        sent = time.monotonic()
+        producer.send(topic, b"now", partition=1).get(timeout=30)
+        polled = consumer.poll(timeout_ms=15_000)
+        waited = time.monotonic() - sent
+    assert [r.value for r in polled.get(partitions[1], [])] == [b"now"]
+    assert waited < 5.0
+
+
 def test_offsets_for_times_names_the_exact_record(cluster, topic: str) -> None:
     tp = TopicPartition(topic, 0)
     base = 1_700_000_000_000

@@ -51,6 +51,18 @@ def test_throttle_sleeps_until_each_operation_is_due(monkeypatch) -> None:
     assert len(slept) == 1
 
 
+def test_throttle_sends_in_bursts_of_at_least_its_minimum_sleep(monkeypatch) -> None:
+    now = [0.0]
+    slept: list[float] = []
+    monkeypatch.setattr(perf_stats.time, "sleep", lambda s: slept.append(s))
+    throttle = Throttle(10_000, clock=lambda: now[0], min_sleep=0.002)
+    for done in range(20):  # due within 2 ms: they go at once
+        throttle.wait_for(done)
+    assert slept == []
+    throttle.wait_for(20)  # due in 2 ms
+    assert slept == [pytest.approx(0.002)]
+
+
 def test_summary_line_and_json() -> None:
     latency = LatencySamples()
     latency.add(2.0)

@@ -33,27 +33,49 @@ def register(broker: Broker) -> None:
         request = context.decode()
         deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
         while True:
-            topics, total, waiters, failed = _read(broker, request)
+            topics, total, idle, failed = _read(broker, request)
             remaining = deadline - time.monotonic()
-            if total >= request.min_bytes or remaining <= 0 or failed or not waiters:
+            if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
             # Nothing (or too little) yet: sleep until an append to one of these partitions, or the deadline.
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in waiters:
-                waiter.cancel()
+            await _wait_for_append(idle, remaining)
         return encode_fetch_response(context.api_version, topics, session_id=0)
 
     broker.api_table.register(ApiKey.FETCH, handle)
 
 
+async def _wait_for_append(partitions: list[Partition], timeout: float) -> None:
+    """Sleep until an append to one of `partitions` (or a leadership change) wakes us, or `timeout` s.
+
+    One future, registered with every partition and awaited directly, so the append that sets it resumes
+    this fetch on the next event-loop turn (asyncio.wait over a future per partition took two turns and
+    more objects), as Kafka's append path completes a delayed fetch at once.
+    """
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+    for partition in partitions:
+        partition.add_waiter(woken)
+    timer = loop.call_later(timeout, _wake, woken)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def _read(
     broker: Broker, request: Any
-) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list, bool]:
+) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
+    """The answer as it stands, its size, the partitions that added nothing to it, and whether any failed."""
     budget = request.max_bytes
     replica_id = request.replica_id
     total = 0
     failed = False
-    waiters: list[asyncio.Future[None]] = []
+    idle: list[Partition] = []
     topics = []
     for topic in request.topics:
         results = []
@@ -80,7 +102,7 @@ def _read(
                     budget -= size
                 else:
                     result.records = b""
-                    waiters.append(partition.new_waiter())
+                    idle.append(partition)
             except KafkaError as exc:
                 result.error_code = exc.code
                 result.records = b""
@@ -91,7 +113,7 @@ def _read(
                 failed = True
             results.append(result)
         topics.append((topic.topic, results))
-    return topics, total, waiters, failed
+    return topics, total, idle, failed
 
 
 def check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
