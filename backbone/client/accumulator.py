@@ -5,9 +5,7 @@ the async producer, any application thread for the sync one) appends, and the se
 the event-loop thread. A batch is ready to go when it is full (`batch.size`), has waited `linger.ms`, or
 when the producer is flushing or closing, or when a `send` is waiting for memory.
 
-`BufferPool` bounds the bytes records may hold while they wait (`buffer.memory`). Each record reserves an
-upper bound of its encoded size, released when its batch completes; a `send` that finds no room waits up to
-`max.block.ms` (it never lets memory grow without bound) and then raises `BufferExhaustedError`.
+`BufferPool` (in `buffer_pool`) bounds the bytes records may hold while they wait (`buffer.memory`).
 
 The per-record path is kept to one lock acquisition and one small object. The pool and the accumulator
 share one lock (`BufferPool.lock`), so reserving a record's memory, picking its partition and appending it
@@ -34,7 +32,8 @@ from typing import Any
 
 from crc32c import crc32c
 
-from backbone.client.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
+from backbone.client.buffer_pool import BufferPool, wake_future
+from backbone.client.errors import IllegalStateError, KafkaTimeoutError
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import CRC_OFFSET, CRC_START
@@ -83,16 +82,41 @@ def run_callback(callback: Callable[..., Any], *args: Any) -> None:
 class _Completion:
     """Something records wait on: done once, with an error or with metadata per record index."""
 
-    __slots__ = ("callbacks", "done", "done_event", "error")
+    __slots__ = ("_done_event", "callbacks", "done", "error")
 
-    def __init__(self, done_event: threading.Event) -> None:
+    def __init__(self, done_event: threading.Event | None = None) -> None:
         self.done = False
         self.error: BaseException | None = None
-        self.done_event = done_event
+        self._done_event = done_event
         self.callbacks: list[tuple[int, Callback]] | None = []
+
+    @property
+    def done_event(self) -> threading.Event:
+        """Set once complete. Made when first asked for: nearly every batch completes with nobody blocked
+        on it, and an Event (a Condition and a lock inside) per batch was a third of a batch's cost."""
+        with _callback_lock:
+            event = self._done_event
+            if event is None:
+                event = self._done_event = threading.Event()
+                if self.done:
+                    event.set()
+            return event
+
+    def _set_done_event(self) -> None:
+        # After `_settle`: an Event made later sees `done` and is set as it is made.
+        event = self._done_event
+        if event is not None:
+            event.set()
 
     def metadata(self, index: int) -> RecordMetadata:
         raise NotImplementedError
+
+    async def wait_done(self) -> None:
+        """Wait (on the event loop that completes it) until complete, whatever the outcome."""
+        if not self.done:
+            waiter = asyncio.get_running_loop().create_future()
+            if self.add_callback(0, functools.partial(wake_future, waiter)):
+                await waiter
 
     def add_callback(self, index: int, callback: Callback) -> bool:
         """Keep `callback(metadata, error)` for record `index`; False if complete (then run it yourself)."""
@@ -138,7 +162,7 @@ class _SingleOutcome(_Completion):
         self.value = value
         callbacks = self._settle(error)
         if callbacks is not None:
-            self.done_event.set()
+            self._set_done_event()
             self._run_callbacks(callbacks)
 
 
@@ -236,11 +260,6 @@ class RecordFuture(_RecordFutureBase):
         return self
 
 
-def _wake(waiter: asyncio.Future[Any], *_args: object) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
 class AsyncRecordFuture(_RecordFutureBase):
     """The outcome of one `AsyncProducer.send`: `await` it for RecordMetadata (or the record's exception).
 
@@ -261,7 +280,7 @@ class AsyncRecordFuture(_RecordFutureBase):
         if not batch.done:
             # A waiter per awaiting task, not one per batch: cancelling one task must not touch others.
             waiter = asyncio.get_running_loop().create_future()
-            if batch.add_callback(self._index, functools.partial(_wake, waiter)):
+            if batch.add_callback(self._index, functools.partial(wake_future, waiter)):
                 yield from waiter
         return self._outcome()
 
@@ -276,114 +295,6 @@ class AsyncRecordFuture(_RecordFutureBase):
     def exception(self) -> BaseException | None:
         self._check_done()
         return self._batch.error
-
-
-# -- memory -------------------------------------------------------------------------------------------
-
-
-class BufferPool:
-    """A byte budget (`buffer.memory`) shared by every waiting record.
-
-    `lock` is the accumulator's lock too: a `send` reserves and appends under one acquisition. Code holding
-    it may take `available` directly; everything else goes through the methods.
-    """
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.available = total
-        self.lock = threading.Lock()
-        self._cond = threading.Condition(self.lock)
-        self._async_waiters: list[asyncio.Future[None]] = []
-        self._sync_waiters = 0
-
-    @property
-    def has_waiters(self) -> bool:
-        return bool(self._async_waiters) or self._sync_waiters > 0
-
-    def _too_big(self, size: int) -> BufferExhaustedError:
-        return BufferExhaustedError(
-            f"a record of about {size} bytes can never fit buffer.memory ({self.total} bytes); "
-            "raise buffer.memory"
-        )
-
-    def _timeout(self, size: int, max_block_ms: int) -> BufferExhaustedError:
-        return BufferExhaustedError(
-            f"no room for {size} more bytes in buffer.memory ({self.total} bytes) within max.block.ms "
-            f"({max_block_ms} ms): the brokers do not take records as fast as they are sent. Slow down, "
-            "or raise buffer.memory or max.block.ms"
-        )
-
-    def try_reserve(self, size: int) -> bool:
-        with self.lock:
-            if self.available >= size:
-                self.available -= size
-                return True
-            return False
-
-    def reserve_blocking(self, size: int, max_block_ms: int) -> None:
-        """Reserve `size` bytes, waiting up to `max_block_ms` (any thread but the event loop's)."""
-        if size > self.total:
-            raise self._too_big(size)
-        deadline = time.monotonic() + max_block_ms / 1000
-        with self._cond:
-            self._sync_waiters += 1
-            try:
-                while self.available < size:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise self._timeout(size, max_block_ms)
-                    self._cond.wait(remaining)
-                self.available -= size
-            finally:
-                self._sync_waiters -= 1
-
-    async def reserve(self, size: int, max_block_ms: int) -> None:
-        """Reserve `size` bytes, waiting up to `max_block_ms` (on the event loop)."""
-        deadline = time.monotonic() + max_block_ms / 1000
-        while not self.try_reserve(size):
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            await self.wait_for_room(size, max(remaining_ms, 0), max_block_ms)
-
-    async def wait_for_room(self, size: int, max_block_ms: int, reported_ms: int | None = None) -> None:
-        """Wait up to `max_block_ms` (on the event loop) until `size` bytes are free, without taking them.
-
-        A producer's `send` waits so, then appends and reserves under the accumulator lock in one go;
-        another send may take the bytes first, and then it waits again. `reported_ms` is the wait the
-        error names (the whole `max.block.ms` when this is one of several waits).
-        """
-        if size > self.total:
-            raise self._too_big(size)
-        reported = max_block_ms if reported_ms is None else reported_ms
-        deadline = time.monotonic() + max_block_ms / 1000
-        while True:
-            with self.lock:
-                if self.available >= size:
-                    return
-                waiter = asyncio.get_running_loop().create_future()
-                self._async_waiters.append(waiter)
-            remaining = deadline - time.monotonic()
-            try:
-                if remaining <= 0:
-                    raise TimeoutError
-                async with asyncio.timeout(remaining):
-                    await waiter
-            except TimeoutError:
-                raise self._timeout(size, reported) from None
-            finally:
-                with self.lock:
-                    if waiter in self._async_waiters:
-                        self._async_waiters.remove(waiter)
-
-    def release(self, size: int) -> None:
-        """Give bytes back (from any thread) and wake whoever waits for them."""
-        with self.lock:
-            self.available += size
-            if self._sync_waiters:
-                self._cond.notify_all()
-            waiters, self._async_waiters = self._async_waiters, []
-        for waiter in waiters:
-            # Futures are woken on their own loop: release may run on an application thread.
-            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
 
 # -- batches ------------------------------------------------------------------------------------------
@@ -416,7 +327,7 @@ class ProducerBatch(_Completion):
     def __init__(
         self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float
     ) -> None:
-        super().__init__(threading.Event())
+        super().__init__()
         self.tp = tp
         self.builder: RecordBatchBuilder | None = builder
         self.created = now
@@ -503,7 +414,7 @@ class ProducerBatch(_Completion):
                 sink.set_exception(error)
             else:
                 sink.set_result(self.metadata(index))
-        self.done_event.set()
+        self._set_done_event()
         self._run_callbacks(callbacks)
 
 

@@ -179,7 +179,7 @@ class AsyncProducer:
         self.accumulator.flushing += 1
         self.sender.wakeup()
         try:
-            batches = self.accumulator.pending_batches() + self.sender.in_flight_batches()
+            batches = self.sender.in_flight_batches() + self.accumulator.pending_batches()
             if not await self.sender.wait_for(batches, timeout):
                 raise KafkaTimeoutError(
                     f"flush did not finish within {timeout} s; records are still being sent"
@@ -198,7 +198,7 @@ class AsyncProducer:
         self.accumulator.closing = True
         if self._started:
             self.sender.wakeup()
-            batches = self.accumulator.pending_batches() + self.sender.in_flight_batches()
+            batches = self.sender.in_flight_batches() + self.accumulator.pending_batches()
             await self.sender.wait_for(batches, timeout)
             await self.sender.stop(
                 ClientClosedError("the producer was closed before this record was delivered")
@@ -391,27 +391,32 @@ class AsyncProducer:
         try:
             if pool.available < size:
                 batch = None
-            elif partition is not None:
-                batch = accumulator.add(state.tp(partition), key, value, headers, timestamp_ms, size)
-            elif self._partitioner is not None:
-                tp = self._custom_partition(state, key)
-                batch = accumulator.add(tp, key, value, headers, timestamp_ms, size)
-            elif key is not None:
-                batch = accumulator.add(state.tp_for_key(key), key, value, headers, timestamp_ms, size)
             else:
-                # RecordAccumulator.try_add inlined for the most common record (no key, no partition):
-                # the call alone is 5% of a send.
-                batch = state.sticky
+                if partition is None and self._partitioner is None and key is None:
+                    tp = None  # unkeyed: the topic's sticky batch, wherever it is
+                    batch = state.sticky
+                else:
+                    if partition is not None:
+                        tp = state.tp(partition)
+                    elif self._partitioner is not None:
+                        tp = self._custom_partition(state, key)
+                    else:
+                        tp = state.tp_for_key(key)
+                    queue = accumulator.queues.get(tp)
+                    batch = queue[-1] if queue else None
+                # RecordAccumulator.try_add inlined (into the open batch): the call alone is 5% of a send.
                 total = 0
                 if batch is not None and not batch.full:
                     limit = self._batch_size
-                    total = batch.builder.try_append(None, value, headers, timestamp_ms, limit)
+                    total = batch.builder.try_append(key, value, headers, timestamp_ms, limit)
                     batch.full = not total or total >= limit
                 if total:
                     batch.timestamps.append(timestamp_ms)
                     batch.reserved += size
-                else:  # the sticky batch is gone (sent or full)
+                elif tp is None:  # the sticky batch is gone (sent or full)
                     batch = self._next_sticky(state, batch, value, headers, timestamp_ms, size)
+                else:  # no open batch: a new one
+                    batch = accumulator.add(tp, key, value, headers, timestamp_ms, size)
             if batch is not None:
                 # Reserved once the record is in, under the same hold of the lock: nobody sees the record
                 # without its memory, and a record that failed to go in took none.
@@ -482,6 +487,26 @@ class AsyncProducer:
                 return self._enqueue(make_future, raise_wait, *wait.record)
             except MustWait as again:  # another send took the memory first, or the topic went away
                 wait = again
+
+    def _enqueue_blocking(self, make_future: MakeFuture, wait: MustWait, wait_on_loop: OnWait) -> Any:
+        """`_wait_and_enqueue` for a caller on another thread than the loop's: wait for memory in the
+        calling thread, on the pool's condition, then place the record; a wait for metadata goes to
+        `wait_on_loop`. (A memory wait through the loop cost the loop thread, the one sending, a coroutine
+        and two wake-ups per wait: per request, once `buffer.memory` is full.)"""
+        started = time.monotonic()
+        max_block_ms = self.config["max.block.ms"]
+        while wait.for_memory:
+            self.pool.wait_for_room_blocking(
+                _record_size_bound(wait.record),
+                self._max_block_ms_left(started),
+                max_block_ms,
+                waiting=self.sender.wakeup,  # waiting for memory makes batches sendable at once
+            )
+            try:
+                return self._enqueue(make_future, raise_wait, *wait.record)
+            except MustWait as again:  # another send took the memory first, or the topic went away
+                wait = again
+        return wait_on_loop(make_future, wait)
 
     def _max_block_ms_left(self, started: float) -> int:
         return max(0, int(self.config["max.block.ms"] - (time.monotonic() - started) * 1000))

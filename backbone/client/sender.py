@@ -16,7 +16,6 @@ about sequence numbers and epochs is in `idempotence`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -56,6 +55,7 @@ METADATA_ERRORS = frozenset(
 )
 """Errors that mean the client's view of who leads a partition is stale (Java's InvalidMetadataException)."""
 
+_NEEDS_PRODUCER_ID = -1.0  # what `_plan` returns instead of a wait when nothing goes before InitProducerId
 _POLL_WHEN_BLOCKED = 0.1  # seconds: re-check batches waiting on a connection or leader, against lost wakeups
 _TRANSACTION_TIMEOUT_MS = 60_000  # InitProducerId requires one; unused by a non-transactional producer
 
@@ -85,8 +85,6 @@ class Sender:
         self._node_requests: dict[int, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[int] = set()
-        self._completed = asyncio.Condition()
-        self._completion_waiters = 0
         self.on_acknowledged: Callable[[ProducerBatch], None] | None = None
         """Called with each batch the broker acknowledged (the producer's audit counts it)."""
         self._stopping = False
@@ -121,24 +119,19 @@ class Sender:
         return [batch for batches in self._in_flight.values() for batch in batches]
 
     async def wait_for(self, batches: list[ProducerBatch], timeout: float | None) -> bool:
-        """Wait until every batch completed; False if `timeout` seconds passed first."""
-        waiting = collections.deque(batches)
+        """Wait until every batch completed; False if `timeout` seconds passed first.
 
-        def all_done() -> bool:
-            # Batches mostly complete in order: drop finished ones from the front, so that checking after
-            # each answer costs O(1), not O(batches) (a flush may wait for thousands).
-            while waiting and waiting[0].done:
-                waiting.popleft()
-            return not waiting
-
-        self._completion_waiters += 1
+        Batches complete about in the order they were made, so the newest (last) is waited for first: by
+        then the others are nearly all done, and waiting for thousands of batches takes a few wake-ups, not
+        one per answer.
+        """
         try:
-            async with asyncio.timeout(timeout), self._completed:
-                await self._completed.wait_for(all_done)
+            async with asyncio.timeout(timeout):
+                for batch in reversed(batches):
+                    if not batch.done:
+                        await batch.wait_done()
         except TimeoutError:
             return False
-        finally:
-            self._completion_waiters -= 1
         return True
 
     async def stop(self, error: BaseException) -> None:
@@ -154,66 +147,81 @@ class Sender:
         await asyncio.gather(*tasks, return_exceptions=True)
         for batch in self.accumulator.take_all() + self.in_flight_batches():
             self._fail(batch, error, sequence_gap=False)
-        await self._notify_completed()
 
     # -- the loop ---------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while not self._stopping:
-            self._wake_requested = False
-            self._wakeup.clear()
-            wait = await self._round(time.monotonic())
-            if wait > 0:
-                # A timer that sets the event, not asyncio.timeout: this runs every round, and the timeout
-                # context manager costs several times more.
-                timer = None if wait == float("inf") else loop.call_later(wait, self._wakeup.set)
-                try:
-                    await self._wakeup.wait()
-                finally:
-                    if timer is not None:
-                        timer.cancel()
+        # A timer that sets the event, not asyncio.timeout (several times the cost), kept from round to round
+        # while it is due no later than the next round needs: a round that ends waiting for answers asks for
+        # the same poll every time, and a timer per round (a heap push and a cancel) cost several percent of
+        # a request at one record per request. A timer that fires early costs a round.
+        timer: asyncio.TimerHandle | None = None
+        try:
+            while not self._stopping:
+                self._wake_requested = False
+                self._wakeup.clear()
+                wait = await self._round(time.monotonic())
+                if wait <= 0:
+                    continue
+                if wait != float("inf"):
+                    now = loop.time()
+                    if timer is None or timer.when() <= now or timer.when() > now + wait:
+                        if timer is not None:
+                            timer.cancel()
+                        timer = loop.call_at(now + wait, self._wakeup.set)
+                await self._wakeup.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _round(self, now: float) -> float:
         """Fail expired batches, send what can go; return how long to sleep before the next round (0: now)."""
+        requests, wait = self._plan(now)
+        if wait == _NEEDS_PRODUCER_ID:
+            await self._init_producer_id()
+            return 0.0
+        for node_id, batches in requests.items():
+            self._spawn(self._produce(node_id, batches))
+        return wait
+
+    def _plan(self, now: float, only_node: int | None = None) -> tuple[dict[int, list[ProducerBatch]], float]:
+        """A round but for starting the requests (of the broker `only_node` alone, if given): fail expired
+        batches, take what can go and count it as in flight. Returns the requests, and how long to sleep
+        before the next round (_NEEDS_PRODUCER_ID: nothing goes before the producer has an id)."""
         state = self.idempotence
         if state is not None and state.bump_required and not self.in_flight_batches():
             state.bump(self.accumulator.pending_batches())
         # Without a producer id, or until the in-flight batches settled before an epoch bump, nothing goes.
         drain = state is None or (state.has_producer_id and not state.bump_required)
-        expired, requests, blocked, next_due = self._collect(now, drain)
+        expired, requests, blocked, next_due = self._collect(now, drain, only_node)
         for batch in expired:
             self._expire(batch, now)
-        if expired:
-            await self._notify_completed()
         if state is not None and not state.has_producer_id:
-            if not self.accumulator.has_pending():
-                return float("inf")
-            await self._init_producer_id()
-            return 0.0
+            return {}, _NEEDS_PRODUCER_ID if self.accumulator.has_pending() else float("inf")
         if state is not None and state.bump_required:
             # Nothing goes until the in-flight batches settled and the epoch is bumped. An expiry just now
             # may have asked for the bump after the heads were taken: they go back, to be renumbered.
             for batches in requests.values():
                 for batch in batches:
                     self.accumulator.reenqueue(batch)
-            return 0.0 if requests else _POLL_WHEN_BLOCKED
+            return {}, 0.0 if requests else _POLL_WHEN_BLOCKED
         for node_id, batches in requests.items():
             self._node_requests[node_id] += 1
             for batch in batches:
                 if state is not None:
                     state.assign(batch)
                 self._in_flight[batch.tp].append(batch)
-            self._spawn(self._produce(node_id, batches))
         if blocked:
             next_due = min(next_due, _POLL_WHEN_BLOCKED)
-        return next_due if next_due > 0 or not blocked else _POLL_WHEN_BLOCKED
+        return requests, next_due if next_due > 0 or not blocked else _POLL_WHEN_BLOCKED
 
     def _collect(
-        self, now: float, drain: bool
+        self, now: float, drain: bool, only_node: int | None = None
     ) -> tuple[list[ProducerBatch], dict[int, list[ProducerBatch]], bool, float]:
         """Under one hold of the accumulator lock (the sending threads want it for every record): take out
-        expired batches, then (if `drain`) the head batch of each sendable partition grouped by leader.
+        expired batches, then (if `drain`) the head batch of each sendable partition grouped by leader
+        (partitions led by `only_node`, if given).
 
         Returns the expired batches, the requests, whether some batch is held back, and the seconds until
         a waiting batch is due.
@@ -230,6 +238,8 @@ class Sender:
                     continue
                 batch = queue[0]
                 leader = metadata.leader_for(tp)
+                if only_node is not None and leader != only_node:
+                    continue
                 if leader < 0:
                     self.cluster.add_topics([tp.topic])
                     self.cluster.request_update()
@@ -301,7 +311,6 @@ class Sender:
                     log.error("cannot get a producer id error=%s", error)
                     for batch in self.accumulator.take_all():
                         self._fail(batch, error, sequence_gap=False)
-                    await self._notify_completed()
                     return
                 attempt += 1
                 log.warning("InitProducerId failed attempt=%d error=%s", attempt, error)
@@ -310,12 +319,21 @@ class Sender:
     # -- one request ------------------------------------------------------------------------------
 
     async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
+        """Send a request to `node_id`, then, while the broker's next request is ready when the answer
+        comes, that one from here: in the turn of the event loop that brought the answer, where going
+        through the sender's task took two more turns (each one a wait for the GIL while an application
+        thread is sending), a task and a round."""
         try:
-            await self._produce_once(node_id, batches)
+            while batches:
+                try:
+                    await self._produce_once(node_id, batches)
+                finally:
+                    self._node_requests[node_id] -= 1
+                if self._stopping:
+                    break
+                batches = self._plan(time.monotonic(), node_id)[0].get(node_id, [])
         finally:
-            self._node_requests[node_id] -= 1
-            self.wakeup()
-        await self._notify_completed()
+            self.wakeup()  # a round for everything else: other brokers, timers, a producer id
 
     async def _produce_once(self, node_id: int, batches: list[ProducerBatch]) -> None:
         by_tp = {batch.tp: batch for batch in batches}
@@ -324,7 +342,8 @@ class Sender:
             topics[batch.tp.topic].append((batch.tp.partition, batch.build()))
         payload = list(topics.items())
         try:
-            conn = await self.cluster.connection(node_id)
+            # The round saw it ready; `connection` (a coroutine) only when it closed since.
+            conn = self.cluster.connection_if_ready(node_id) or await self.cluster.connection(node_id)
             if self.acks == 0:
                 await self._send_without_answer(conn, payload, batches)
                 return
@@ -440,9 +459,3 @@ class Sender:
             batches.remove(batch)
             if not batches:
                 del self._in_flight[batch.tp]
-
-    async def _notify_completed(self) -> None:
-        if not self._completion_waiters:
-            return  # nobody flushes or closes: skip the condition's lock, once per request
-        async with self._completed:
-            self._completed.notify_all()

@@ -4,7 +4,8 @@ Each object starts a private daemon thread with its own event loop and creates i
 blocking method submits the core's coroutine to that loop and waits for the result. The one exception is
 `Producer.send`, the hot path: it serializes, partitions and appends to the batch in the calling thread
 (the accumulator is thread-safe) and only wakes the loop when a batch opens or fills, so a send costs no
-thread hop; only a send that must wait (for a new topic's metadata, or for memory) goes through the loop.
+thread hop. A send that must wait for memory waits in the calling thread, on the buffer pool's condition;
+only one that must wait for a new topic's metadata goes through the loop.
 Close the objects (or use them as context managers): the thread ends with them.
 """
 
@@ -54,9 +55,13 @@ class _LoopThread:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
+    def is_current(self) -> bool:
+        """Whether the caller runs on the loop's thread (in a callback)."""
+        return threading.current_thread() is self._thread
+
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coroutine` on the loop and wait for its result (KafkaTimeoutError after `timeout` s)."""
-        if threading.current_thread() is self._thread:
+        if self.is_current():
             coroutine.close()
             raise RuntimeError("a blocking client method was called from its own callback thread")
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
@@ -182,7 +187,14 @@ class Producer(_Facade):
         )
 
     def _wait_then_enqueue(self, make_future: MakeFuture, wait: MustWait) -> RecordFuture:
-        # Metadata or memory is missing: wait for it on the loop (bounded by max.block.ms).
+        # Memory or metadata is missing: wait for it (bounded by max.block.ms), memory in this thread. On the
+        # loop's own thread, waiting could never end: the loop refuses it.
+        if self._thread.is_current():
+            return self._wait_on_loop(make_future, wait)
+        future: RecordFuture = self._core._enqueue_blocking(make_future, wait, self._wait_on_loop)
+        return future
+
+    def _wait_on_loop(self, make_future: MakeFuture, wait: MustWait) -> RecordFuture:
         future: RecordFuture = self._run(self._core._wait_and_enqueue(make_future, wait))
         return future
 

@@ -418,8 +418,25 @@ def _partition_tags(part: FetchPartitionResult) -> bytes:
     return bytes(out)
 
 
+# Byte chunks are joined while the result stays this small: a small response goes out in one write (one
+# system call, one wake-up of the reader) rather than one per chunk; larger ones are not copied.
+_JOIN_LIMIT = 64 * 1024
+
+
 def frame_chunks(correlation_id: int, header_version: int, body: Sequence[Chunk]) -> list[Chunk]:
-    """Size prefix + response header + `body`, the prefix and header merged into one chunk."""
+    """Size prefix + response header + `body`; each byte chunk joined to the one before it while that
+    stays within 64 KiB (a whole Produce response is one chunk), regions left as they are."""
     header = encode_response_header(correlation_id, header_version)
     size = len(header) + sum(chunk_length(chunk) for chunk in body)
-    return [frame_prefix(size) + header, *body]
+    chunks: list[Chunk] = [frame_prefix(size) + header]
+    for chunk in body:
+        last = chunks[-1]
+        if (
+            isinstance(chunk, Buffer)
+            and isinstance(last, bytes)
+            and len(last) + chunk_length(chunk) <= _JOIN_LIMIT
+        ):
+            chunks[-1] = last + chunk
+        else:
+            chunks.append(chunk)
+    return chunks

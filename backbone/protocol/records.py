@@ -300,7 +300,8 @@ class RecordBatchBuilder:
         transactional: bool = False,
         control: bool = False,
     ) -> None:
-        self._codec = codec_from_id(codec)
+        # A Codec as it is (the producer passes one per batch); the enum lookup is for plain ids.
+        self._codec = codec if codec.__class__ is Codec else codec_from_id(codec)
         self._level = compression_level
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch

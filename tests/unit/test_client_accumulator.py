@@ -157,6 +157,35 @@ def test_get_times_out_while_the_batch_is_pending() -> None:
         future.get(0.01)
 
 
+def test_a_batch_makes_its_done_event_only_when_asked_and_sets_it_whenever_asked() -> None:
+    early, late = (ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0) for _ in range(2))
+    for batch in (early, late):
+        batch.timestamps.append(1)
+    asked_before = early.done_event
+    assert not asked_before.is_set()
+    waiter = threading.Thread(target=RecordFuture(early, 0).get, args=(5,))
+    waiter.start()
+    early.complete(3, -1, None)
+    waiter.join(5)
+    assert not waiter.is_alive() and asked_before.is_set()
+    late.complete(4, -1, None)
+    assert late.done_event.is_set(), "an event made after completion starts out set"
+    assert RecordFuture(late, 0).get(0) == RecordMetadata("t", 0, 4, 1)
+
+
+async def test_waiting_for_a_batch_ends_with_it_whatever_its_outcome() -> None:
+    done, failed = (ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0) for _ in range(2))
+    for batch in (done, failed):
+        batch.timestamps.append(1)
+    waits = [asyncio.ensure_future(batch.wait_done()) for batch in (done, failed)]
+    await asyncio.sleep(0)
+    assert not any(wait.done() for wait in waits)
+    done.complete(0, -1, None)
+    failed.complete(-1, -1, KafkaTimeoutError("expired"))
+    await asyncio.wait_for(asyncio.gather(*waits), 5)
+    await done.wait_done()  # complete already: returns at once
+
+
 def test_a_callback_that_raises_is_logged_not_propagated(caplog: pytest.LogCaptureFixture) -> None:
     batch = ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0)
     future = RecordFuture(batch.done_event)
@@ -189,6 +218,24 @@ def test_a_blocked_reservation_proceeds_when_memory_is_released() -> None:
     pool.reserve_blocking(400, 5000)
     releaser.join()
     assert pool.available == 100
+
+
+def test_waiting_for_room_counts_as_a_waiter_before_it_says_so_and_takes_nothing() -> None:
+    pool = BufferPool(1000)
+    assert pool.try_reserve(1000)
+    seen: list[bool] = []
+
+    def waiting() -> None:  # what a producer's sender is woken by: it must see the waiter
+        seen.append(pool.has_waiters)
+        threading.Timer(0.05, pool.release, args=(300,)).start()
+
+    pool.wait_for_room_blocking(200, 5000, 5000, waiting)
+    assert seen == [True] and not pool.has_waiters
+    assert pool.available == 300, "room was waited for, not taken"
+    pool.wait_for_room_blocking(300, 0, 0, lambda: seen.append(False))
+    assert seen == [True], "`waiting` is called only when the room is not there"
+    with pytest.raises(BufferExhaustedError, match=r"max.block.ms \(7 ms\)"):
+        pool.wait_for_room_blocking(400, 20, 7, lambda: None)
 
 
 def test_a_record_bigger_than_the_pool_fails_at_once() -> None:

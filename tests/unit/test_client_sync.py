@@ -91,6 +91,26 @@ def test_send_blocks_on_a_full_buffer_then_raises(fake: ThreadedFakeCluster) -> 
         producer.close(timeout=0.1)
 
 
+def test_a_callback_that_would_wait_for_memory_is_refused_rather_than_hung(
+    fake: ThreadedFakeCluster,
+) -> None:
+    # Callbacks run on the loop's thread, which frees memory: waiting there for memory could never end.
+    fake.call(lambda: fake.cluster.create_topic("orphan", 1, leaders=[9]))
+    refused = threading.Event()
+
+    def fill_the_buffer(_metadata: object, _error: object) -> None:
+        try:
+            for _ in range(50):  # bounded: the buffer fills after a few
+                producer.send("orphan", b"x" * 100)
+        except RuntimeError:
+            refused.set()
+
+    with Producer(bootstrap_servers=fake.bootstrap, buffer_memory=1000, max_block_ms=30_000) as producer:
+        producer.send("t", b"v", partition=0, callback=fill_the_buffer)
+        assert refused.wait(10), "refused at once, not after max.block.ms"
+        producer.close(timeout=0.1)
+
+
 def test_sends_wait_for_memory_then_proceed(fake: ThreadedFakeCluster) -> None:
     # buffer.memory holds a few records; linger.ms would keep batches for 10 s: the waiting sends must
     # both make batches go and get the memory their answers free.

@@ -457,6 +457,16 @@ def test_fetch_response_refuses_versions_outside_its_range(version: int) -> None
         encode_fetch_response(version, [])
 
 
+def test_small_byte_chunks_are_framed_as_one_and_large_ones_are_not_copied() -> None:
+    body = encode_produce_response(9, [("t", [ProducePartitionResult(0, base_offset=7)])])
+    (framed,) = frame_chunks(5, 1, [body[:3], memoryview(body)[3:]])
+    assert framed == (4 + 1 + len(body)).to_bytes(4, "big") + (5).to_bytes(4, "big") + b"\x00" + body
+    large = b"x" * (64 * 1024)
+    chunks = frame_chunks(5, 0, [b"ab", large, b"cd"])
+    assert [len(chunk) for chunk in chunks] == [10, len(large), 2]
+    assert chunks[1] is large
+
+
 @pytest.mark.parametrize(("version", "header_version"), [(11, 0), (12, 1)])
 def test_frame_chunks_prefix_counts_header_and_regions(version: int, header_version: int) -> None:
     body = encode_fetch_response(version, fetch_results(version))
