@@ -284,7 +284,7 @@ class AsyncProducer:
             if progress.woke_sender:
                 progress.woke_sender = False
                 self.sender.wakeup()
-                await asyncio.sleep(0)  # let the sender ship full batches while this run goes on
+                await asyncio.sleep(0)  # let the sender ship the batches this run filled or opened
             if error is not None:
                 break
             if progress.memory_needed:
