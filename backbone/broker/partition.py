@@ -124,6 +124,9 @@ class Partition:
                     self.followers[replica] = FollowerState(last_caught_up=time.monotonic())
             for replica in [r for r in self.followers if r not in replicas]:
                 del self.followers[replica]  # reassigned away
+            if any(r not in replicas for r in isr):
+                # A replica reassigned away but still counted in sync would hold the high watermark back.
+                self._ask_isr_change(tuple(r for r in isr if r in replicas))
             self._advance_high_watermark()
         else:
             self.followers.clear()

@@ -101,7 +101,7 @@ class ReplicaManager(MetadataListener):
                 self.producer_expiration_ms,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                 request_isr_change=self._request_isr_change,
-                may_join_isr=lambda replica: self.may_join_isr(replica),
+                may_join_isr=lambda replica: self.may_join_isr(replica) and not self._leaving(key, replica),
             )
             self.partitions[key] = hosted
         hosted.apply_state(state.leader, state.leader_epoch, tuple(state.isr), replicas)
@@ -109,6 +109,13 @@ class ReplicaManager(MetadataListener):
             self.fetchers.unfollow(key)
         else:
             self.fetchers.follow(hosted, state.leader, state.leader_epoch)
+
+    def _leaving(self, key: TopicPartition, replica: int) -> bool:
+        """Whether a reassignment is taking `replica` off the partition. Such a replica must not rejoin the
+        ISR: when the move ends, the controller cuts the ISR to the target before it drops the leaving
+        replicas from the assignment, and a leader re-adding one in between would undo the cut."""
+        assignment = self.cache.topics.get(key[0])
+        return assignment is not None and replica in assignment.removing_replicas.get(key[1], ())
 
     def on_topic_changed(self, topic: str) -> None:
         """Replicas reassigned away from this broker stop and are deleted; new ones start from their state."""

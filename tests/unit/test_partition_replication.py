@@ -101,3 +101,9 @@ def test_acks_all_returns_once_every_in_sync_replica_has_the_record(leader) -> N
         await asyncio.wait_for(waiting, 1)
 
     asyncio.run(scenario())
+
+
+def test_a_replica_reassigned_away_is_asked_out_of_the_isr(leader) -> None:
+    partition, asked = leader
+    partition.apply_state(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 3))
+    assert asked == [(1, 3)]
