@@ -1,10 +1,11 @@
 """The broker's connection layer: listeners, connections, and in-order request dispatch.
 
 A `Listener` serves one endpoint of `listeners`. Each accepted socket becomes a `Connection` (an asyncio
-Protocol): bytes are split into frames by the protocol room's FrameDecoder, which enforces
-`socket.request.max.bytes` from the size prefix before a body is buffered; frames are queued and handled
-one at a time by the connection's own task, so responses go out in request order however many requests a
-client pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
+BufferedProtocol): the protocol room's FrameDecoder hands the transport the buffer to receive into (a large
+request's own body, so the socket's bytes land in place) and splits out frames, enforcing
+`socket.request.max.bytes` from the size prefix before a body is buffered; frames are queued and handled one
+at a time by the connection's own task, so responses go out in request order however many requests a client
+pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
 
 Room for security: a listener's security protocol decides how its transport is made (`ssl_context()` for
 SSL, None for PLAINTEXT) and a connection carries an `authenticator` step that sees every request before
@@ -85,7 +86,7 @@ class PassThroughAuthenticator:
         return True
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self.api_table = listener.api_table
@@ -103,7 +104,7 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._task: asyncio.Task[None] | None = None
 
-    # -- asyncio.Protocol ------------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -113,9 +114,14 @@ class Connection(asyncio.Protocol):
         self.listener.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"connection {self.peer}")
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.closed:  # an SSL transport may still deliver bytes while it shuts down
+            return
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except FrameError as exc:
             log.warning(
                 "event=bad_frame listener=%s peer=%s error=%r", self.listener.name, self.peer, str(exc)

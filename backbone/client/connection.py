@@ -11,8 +11,8 @@ version answers UNSUPPORTED_VERSION with a v0 body listing the ApiVersions versi
 client asks again with the highest common one (Kafka's KIP-511 fallback). Each API then uses the highest
 version both sides speak (`messages.negotiate`).
 
-Bytes are read by an asyncio Protocol feeding the protocol room's FrameDecoder, which copies each response
-once into a buffer of the announced size.
+Bytes are read by an asyncio BufferedProtocol into buffers the protocol room's FrameDecoder hands out: a large
+response (a Fetch) is received straight into its own body buffer, small ones are split out of a shared one.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class _InFlight:
     future: asyncio.Future[Response]
 
 
-class _Protocol(asyncio.Protocol):
+class _Protocol(asyncio.BufferedProtocol):
     def __init__(self, connection: BrokerConnection, max_response_bytes: int) -> None:
         self._connection = connection
         self._decoder = FrameDecoder(max_response_bytes)
@@ -78,9 +78,12 @@ class _Protocol(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self._decoder.feed(data)
+            frames = self._decoder.buffer_updated(nbytes)
         except FrameError as error:
             self._connection._fail(KafkaConnectionError(f"bad response frame: {error}"))
             return

@@ -8,7 +8,8 @@ frame; whatever parses the body decides that it is malformed.
 
 Two ways in:
 
-- `FrameDecoder`: incremental, for code that receives arbitrary chunks (an asyncio `Protocol`).
+- `FrameDecoder`: incremental, as an asyncio `BufferedProtocol`'s buffer (the socket's bytes are
+  received in place) or fed arbitrary chunks.
 - `read_frame`: one frame from an `asyncio.StreamReader`.
 
 After a `FrameError` the byte stream is no longer in step with frame boundaries, so the only
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -37,6 +39,24 @@ DEFAULT_MAX_FRAME_BYTES = 104_857_600
 
 _SIZE = struct.Struct(">i")
 PREFIX_BYTES = _SIZE.size
+
+STREAM_BYTES = 64 * 1024
+"""The shared receive buffer's size: frames up to this (prefix included) are split out of it."""
+FIRST_BODY_BYTES = 4 * 1024
+"""The smallest body buffer a larger frame starts with; it doubles as the frame's bytes arrive."""
+
+
+class _StreamBuffer(threading.local):
+    """One receive buffer per thread, lent to one decoder between `get_buffer` and `buffer_updated`
+    (asyncio calls the two back to back), so a connection holds no buffer while it waits."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(STREAM_BYTES)
+        self.view = memoryview(self.buffer)
+        self.borrower: FrameDecoder | None = None
+
+
+_stream = _StreamBuffer()
 
 
 class FrameError(Exception):
@@ -102,20 +122,28 @@ def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
 
 
 class FrameDecoder:
-    """Splits a byte stream into frame bodies, fed one received chunk at a time.
+    """Splits a byte stream into frame bodies, either as an asyncio `BufferedProtocol`'s buffer
+    (`get_buffer` then `buffer_updated`, so the socket's bytes land where they stay) or fed chunks
+    (`feed`, which copies each chunk through the same two steps).
 
-    Each frame body grows in its own buffer as its bytes arrive. The buffer is never sized from the
-    prefix up front: a peer that announces a 100 MB frame and sends five bytes must cost five bytes,
-    not 100 MB (many such connections would otherwise exhaust memory). The returned memoryviews own
-    their buffers; callers may keep them.
+    Frames that fit in the stream buffer (`STREAM_BYTES`, prefix included) are read with whatever
+    else arrives into one buffer shared by every decoder of a thread, so idle connections cost
+    nothing, and copied out of it. A larger frame gets its own body buffer once its prefix is in, and
+    the socket fills it directly. That buffer is never sized from the prefix up front: it starts small
+    (a few KiB, or about twice what came with the prefix) and doubles as it fills, so a peer that
+    announces a 100 MB frame and sends five bytes costs kilobytes, not 100 MB.
+
+    Returned frames are writable memoryviews that own their buffers; callers may keep them.
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
         self.max_bytes = max_bytes
-        self._prefix = bytearray()
-        self._body: bytearray | None = None
+        # An unfinished small frame (or prefix), kept here between reads: the stream buffer is shared.
+        self._partial: bytes | bytearray = b""
+        self._body: bytearray | None = None  # a large frame's body, filled in place
+        self._filled = 0
         self._expected = 0
         self._error: FrameError | None = None
 
@@ -123,8 +151,91 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         """Bytes of the unfinished frame received so far (prefix included)."""
         if self._body is None:
-            return len(self._prefix)
-        return PREFIX_BYTES + len(self._body)
+            return len(self._partial)
+        return PREFIX_BYTES + self._filled
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """A non-empty buffer for the next bytes received; pass how many landed to `buffer_updated`
+        before any other decoder of this thread is asked for one."""
+        body = self._body
+        if body is not None:
+            if self._filled == len(body):
+                body = self._grow(body)
+            return memoryview(body)[self._filled :]
+        stream = _stream
+        stream.borrower = self
+        held = len(self._partial)
+        if held:
+            stream.view[:held] = self._partial
+        return stream.view[held:]
+
+    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+        """`nbytes` were written at the start of the last `get_buffer`; return every frame completed.
+
+        Raises `FrameTooLarge` or `InvalidFrameSize` as soon as a bad prefix is complete.
+        """
+        if self._error is not None:
+            raise self._error
+        body = self._body
+        if body is not None:
+            self._filled += nbytes
+            if self._filled < self._expected:
+                return []
+            self._body = None
+            return [memoryview(body)]
+        stream = _stream
+        if stream.borrower is not self:
+            raise RuntimeError("buffer_updated() without a matching get_buffer()")
+        stream.borrower = None
+        return self._split(stream.buffer, len(self._partial) + nbytes)
+
+    def _split(self, buffer: bytearray, end: int) -> list[memoryview]:
+        frames: list[memoryview] = []
+        pos = 0
+        while end - pos >= PREFIX_BYTES:
+            (size,) = _SIZE.unpack_from(buffer, pos)
+            if size < 0 or size > self.max_bytes:
+                try:
+                    _check_size(size, self.max_bytes)
+                except FrameError as error:
+                    self._error = error
+                    raise
+            start = pos + PREFIX_BYTES
+            stop = start + size
+            if stop > end:
+                if PREFIX_BYTES + size > STREAM_BYTES:
+                    self._start_body(memoryview(buffer)[start:end], size)
+                    self._partial = b""
+                    return frames
+                break
+            frames.append(memoryview(buffer[start:stop]))
+            pos = stop
+        self._partial = buffer[pos:end] if pos < end else b""
+        return frames
+
+    def _start_body(self, received: memoryview, size: int) -> None:
+        # Start at size / 2**k (rounded up), so that doubling ends on the frame's size give or take
+        # 2**k bytes: a buffer that overshot would keep its spare capacity for as long as the frame lives.
+        least = max(FIRST_BODY_BYTES, 2 * len(received))
+        capacity = size
+        while (capacity + 1) // 2 >= least:
+            capacity = (capacity + 1) // 2
+        body = bytearray(capacity)
+        body[: len(received)] = received
+        self._body, self._filled, self._expected = body, len(received), size
+
+    def _grow(self, body: bytearray) -> bytearray:
+        # `*= 2` reallocates (in place where the allocator can) and copies the body into its new half,
+        # which the socket then overwrites: far cheaper here than extending with fresh zeroes, whose
+        # pages the allocator maps and faults in anew for every frame.
+        try:
+            body *= 2
+        except BufferError:  # someone still holds the last buffer handed out: move to a new one
+            body = bytearray(body)
+            body *= 2
+        del body[self._expected :]  # the rounding up of the first capacity: under size / 4096 bytes
+        self._body = body
+        return body
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Consume `data`; return the bodies of every frame it completes, in order.
@@ -137,30 +248,12 @@ class FrameDecoder:
         view = memoryview(data).cast("B")
         frames: list[memoryview] = []
         pos = 0
-        end = len(view)
-        while pos < end:
-            if self._body is None:
-                take = min(PREFIX_BYTES - len(self._prefix), end - pos)
-                self._prefix += view[pos : pos + take]
-                pos += take
-                if len(self._prefix) < PREFIX_BYTES:
-                    break
-                (size,) = _SIZE.unpack(self._prefix)
-                try:
-                    _check_size(size, self.max_bytes)
-                except FrameError as error:
-                    self._error = error
-                    raise
-                self._prefix.clear()
-                self._body = bytearray()
-                self._expected = size
-            body = self._body
-            take = min(self._expected - len(body), end - pos)
-            body += view[pos : pos + take]
-            pos += take
-            if len(body) == self._expected:
-                frames.append(memoryview(body))
-                self._body = None
+        while pos < len(view):
+            with self.get_buffer() as buffer:
+                taken = min(len(buffer), len(view) - pos)
+                buffer[:taken] = view[pos : pos + taken]
+            pos += taken
+            frames += self.buffer_updated(taken)
         return frames
 
     def feed_eof(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -132,17 +133,30 @@ async def test_requests_are_pipelined_up_to_the_in_flight_limit(fake: FakeCluste
     await conn.close()
 
 
+async def connecting_fails_and_closes(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    error: type[Exception],
+    match: str,
+    **options: Any,
+) -> None:
+    """Connecting to a server run by `handler` raises `error` (matching `match`) and closes the connection."""
+    server, port = await serve(handler)
+    conn = connection(port, **options)
+    try:
+        with pytest.raises(error, match=match):
+            await conn.connect()
+        assert conn.is_closed
+    finally:
+        server.close()
+
+
 async def test_a_request_without_answer_times_out_and_closes_the_connection() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read()  # read everything, answer nothing
         writer.close()
 
-    server, port = await serve(silent)
-    conn = connection(port, request_timeout_ms=200)
-    with pytest.raises(KafkaTimeoutError, match=r"API_VERSIONS request to broker 0 .* within 200 ms"):
-        await conn.connect()
-    assert conn.is_closed
-    server.close()
+    error = r"API_VERSIONS request to broker 0 .* within 200 ms"
+    await connecting_fails_and_closes(silent, KafkaTimeoutError, error, request_timeout_ms=200)
 
 
 async def test_an_answer_with_the_wrong_correlation_id_closes_the_connection() -> None:
@@ -160,6 +174,55 @@ async def test_an_answer_with_the_wrong_correlation_id_closes_the_connection() -
     with pytest.raises(KafkaConnectionError, match="answered correlation id"):
         await conn.connect()
     server.close()
+
+
+async def answer_api_versions(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer the connection's ApiVersions request: Metadata up to v8 (a response header without tags)."""
+    frame = await read_frame(reader)
+    version, correlation_id = struct.unpack_from(">hi", frame, 2)
+    rows = [
+        {"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": version},
+        {"api_key": ApiKey.METADATA, "min_version": 0, "max_version": 8},
+    ]
+    payload = struct.pack(">i", correlation_id) + encode(
+        build_response(18, version, error_code=0, api_keys=rows)
+    )
+    writer.write(struct.pack(">i", len(payload)) + payload)
+
+
+async def test_a_large_response_arriving_in_pieces_is_received_whole() -> None:
+    big = bytes(range(256)) * 12_000 + b"end"
+
+    async def slow_sender(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await answer_api_versions(reader, writer)
+        for _ in range(2):
+            (correlation_id,) = struct.unpack_from(">i", await read_frame(reader), 4)
+            stream = struct.pack(">ii", 4 + len(big), correlation_id) + big
+            for start in range(0, len(stream), 30_000):
+                writer.write(stream[start : start + 30_000])
+                await writer.drain()
+        await reader.read()
+
+    server, port = await serve(slow_sender)
+    conn = connection(port)
+    await conn.connect()
+    for _ in range(2):
+        raw = await conn.request(
+            ApiKey.METADATA, encode_kio(ApiKey.METADATA, topics=[]), lambda v, frame, pos: bytes(frame[pos:])
+        )
+        assert raw == big
+    await conn.close()
+    server.close()
+
+
+async def test_a_response_frame_past_the_limit_closes_the_connection() -> None:
+    async def oversized(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_frame(reader)
+        writer.write(struct.pack(">i", 5000) + b"x" * 100)
+        await reader.read()
+
+    error = r"bad response frame: frame of 5000 bytes exceeds"
+    await connecting_fails_and_closes(oversized, KafkaConnectionError, error, max_response_bytes=1000)
 
 
 async def test_a_refused_connection_is_a_connection_error() -> None:
