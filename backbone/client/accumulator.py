@@ -32,12 +32,13 @@ from typing import Any
 
 from crc32c import crc32c
 
+from backbone.client.batch_builder import BatchBuilder, as_list, new_batch_builder
 from backbone.client.buffer_pool import BufferPool, wake_future
 from backbone.client.errors import IllegalStateError, KafkaTimeoutError
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import CRC_OFFSET, CRC_START
-from backbone.protocol.records import Header, RecordBatchBuilder
+from backbone.protocol.records import Header
 
 __all__ = [
     "AsyncRecordFuture",
@@ -60,7 +61,7 @@ _callback_lock = threading.Lock()
 Callback = Callable[[RecordMetadata | None, BaseException | None], Any]
 
 
-def stamp_producer(batch: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
+def stamp_producer(batch: bytes | bytearray, producer_id: int, epoch: int, base_sequence: int) -> bytes:
     """The batch with its producer id, epoch and base sequence set and the CRC recomputed."""
     out = bytearray(batch)
     _PRODUCER_FIELDS.pack_into(out, _PRODUCER_FIELDS_OFFSET, producer_id, epoch, base_sequence)
@@ -305,7 +306,6 @@ class ProducerBatch(_Completion):
 
     __slots__ = (
         "_built_fields",
-        "_count",
         "attempts",
         "base_offset",
         "base_sequence",
@@ -325,11 +325,11 @@ class ProducerBatch(_Completion):
     )
 
     def __init__(
-        self, tp: TopicPartition, builder: RecordBatchBuilder, now: float, delivery_timeout: float
+        self, tp: TopicPartition, builder: BatchBuilder, now: float, delivery_timeout: float
     ) -> None:
         super().__init__()
         self.tp = tp
-        self.builder: RecordBatchBuilder | None = builder
+        self.builder: BatchBuilder | None = builder
         self.created = now
         self.deadline = now + delivery_timeout
         self.timestamps: list[int] = []
@@ -340,24 +340,23 @@ class ProducerBatch(_Completion):
         """No more appends: the batch reached `batch.size` or left its queue (drained, expired, closed)."""
         self.attempts = 0
         self.retry_at = 0.0
-        self.records: bytes | None = None
+        self.records: bytes | bytearray | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
         self.base_offset = -1
         self.log_append_time = -1
-        self._count = 0
         self._built_fields = (-1, -1, -1)
 
     @property
     def record_count(self) -> int:
-        return self.builder.record_count if self.builder is not None else self._count
+        return len(self.timestamps)
 
     @property
     def size_in_bytes(self) -> int:
         """The batch's size (compressed once built); an estimate for a request's size."""
         if self.builder is not None:
-            return self.builder.size_in_bytes
+            return self.builder.size()
         return len(self.records) if self.records is not None else 0
 
     def __repr__(self) -> str:
@@ -366,20 +365,15 @@ class ProducerBatch(_Completion):
             f"attempts={self.attempts}>"
         )
 
-    def _drop_builder(self) -> None:
-        if self.builder is not None:
-            self._count = self.builder.record_count
-            self.builder = None
-
-    def build(self) -> bytes:
+    def build(self) -> bytes | bytearray:
         """The batch's bytes with the producer fields of this attempt (built and compressed once)."""
         fields = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self.records is None:
             assert self.builder is not None, "a completed batch is not sent again"
             # The fields go in before the CRC is computed: one pass over the bytes, no copy to stamp them.
-            self.builder.set_producer(*fields)
+            self.builder.set_producer_state(*fields)
             self.records = self.builder.build()
-            self._drop_builder()
+            self.builder = None
         elif fields != self._built_fields:
             self.records = stamp_producer(self.records, *fields)  # renumbered after an epoch bump
         self._built_fields = fields
@@ -405,7 +399,7 @@ class ProducerBatch(_Completion):
         if callbacks is None:
             return
         # Futures may keep the batch alive long after: keep what they read, not the records' bytes.
-        self._drop_builder()
+        self.builder = None
         self.records = None
         for index, sink in enumerate(self.sinks):
             if sink is None or sink.done():
@@ -455,14 +449,14 @@ class RecordAccumulator:
     ) -> int:
         """Append to an open batch and return the record's index; -1 (and the batch closed) if it is full."""
         assert batch.builder is not None
-        size = batch.builder.try_append(key, value, headers, timestamp, self.batch_size)
-        if not size:
+        builder = batch.builder
+        timestamps = batch.timestamps
+        if builder.append(len(timestamps), timestamp, key, value, as_list(headers)) is None:
             batch.full = True
             return -1
-        timestamps = batch.timestamps
         timestamps.append(timestamp)
         batch.reserved += reserved
-        if size >= self.batch_size:
+        if builder.size() >= self.batch_size:
             batch.full = True
         return len(timestamps) - 1
 
@@ -487,11 +481,15 @@ class RecordAccumulator:
             batch = queue[-1]
             if not batch.full and self.try_add(batch, key, value, headers, timestamp, reserved) >= 0:
                 return batch
-        builder = RecordBatchBuilder(self.codec, compression_level=self.compression_level)
-        batch = ProducerBatch(tp, builder, time.monotonic(), self.delivery_timeout)
+        batch = self.new_batch(tp)
         self.try_add(batch, key, value, headers, timestamp, reserved)  # an empty batch takes any record
         queue.append(batch)  # only once the record is in: a failed append leaves no empty batch
         return batch
+
+    def new_batch(self, tp: TopicPartition) -> ProducerBatch:
+        """An empty batch for `tp` (not queued yet)."""
+        builder = new_batch_builder(self.codec, self.compression_level, self.batch_size)
+        return ProducerBatch(tp, builder, time.monotonic(), self.delivery_timeout)
 
     def append(
         self,

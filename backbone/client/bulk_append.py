@@ -12,17 +12,18 @@ Records keep their order: they go into the partition's open batch, then into new
 from __future__ import annotations
 
 import collections
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from backbone.client.accumulator import BufferPool, ProducerBatch, RecordAccumulator
+from backbone.client.batch_builder import as_list
 from backbone.client.structs import TopicPartition
 from backbone.protocol.record_batch import HEADER_SIZE
-from backbone.protocol.records import Header, RecordBatchBuilder, estimate_record_size
+from backbone.protocol.records import Header, estimate_record_size
 
 WireRecord = tuple[bytes | None, bytes | None, Sequence[Header], int]
-"""(key, value, headers, timestamp ms), as the batch stores them."""
+"""(key, value, headers, timestamp ms), as the batch stores them (headers best as a list: the builder
+takes a list, and other sequences are copied into one)."""
 
 
 @dataclass
@@ -71,18 +72,19 @@ def append_run(
             if pool.available < size:
                 progress.memory_needed = size
                 return
-            builder = RecordBatchBuilder(accumulator.codec, compression_level=accumulator.compression_level)
-            batch = ProducerBatch(tp, builder, time.monotonic(), accumulator.delivery_timeout)
-            builder.try_append(key, value, headers, timestamp)  # an empty batch takes any record
+            batch = accumulator.new_batch(tp)
+            builder = batch.builder
+            assert builder is not None, "a new batch has its builder"
+            builder.append(0, timestamp, key, value, as_list(headers))  # an empty batch takes any record
             batch.timestamps.append(timestamp)
-            grown = builder.size_in_bytes
+            grown = builder.size()
             pool.available -= grown
             batch.reserved += grown
             queue.append(batch)
             progress.done += 1
             progress.woke_sender = True
         try:
-            _fill(batch, records, progress, pool, batch_size)
+            _fill(batch, records, progress, pool, batch_size, accumulator.batch_size)
         finally:
             _note_batch(progress, batch)
         if progress.done < total and not batch.full:
@@ -107,28 +109,38 @@ def _fill(
     progress: RunProgress,
     pool: BufferPool,
     batch_size: int,
+    builder_cap: int,
 ) -> None:
-    """Append records to an open batch while it stays within `batch.size` and the pool's room."""
+    """Append records to an open batch while it stays within `batch_size` and the pool's room (its
+    builder stops at `builder_cap` by itself)."""
     builder = batch.builder
     assert builder is not None, "an open batch has its builder"
-    start_size = builder.size_in_bytes
+    size = builder.size
+    start_size = size()
     limit = min(batch_size, start_size + pool.available)
-    append = builder.try_append
+    # The builder stops at batch.size by itself; a lower limit (max.request.size, or the pool's room) is
+    # checked record by record.
+    capped = limit < builder_cap
+    append = builder.append
     timestamps = batch.timestamps
     index = progress.done
     total = len(records)
     try:
         while index < total:
             key, value, headers, timestamp = records[index]
-            if not append(key, value, headers, timestamp, limit):
+            if headers.__class__ is not list:
+                headers = list(headers)
+            if capped and size() + estimate_record_size(key, value, headers) > limit:
+                break
+            if append(len(timestamps), timestamp, key, value, headers) is None:
                 break
             timestamps.append(timestamp)
             index += 1
     finally:  # also when a record is not in wire form: the ones before it are in, and accounted
-        grown = builder.size_in_bytes - start_size
+        grown = size() - start_size
         pool.available -= grown
         batch.reserved += grown
         progress.done = index
-    if builder.size_in_bytes >= batch_size or (index < total and limit == batch_size):
+    if index < total and limit == batch_size:
         batch.full = True
         progress.woke_sender = True

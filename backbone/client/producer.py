@@ -48,6 +48,7 @@ _BYTES = (bytes, bytearray, memoryview)
 _RECORD_OVERHEAD = estimate_record_size(None, b"")  # the bound's part that does not depend on the data
 _KEY_CACHE_SIZE = 65_536  # hashed keys remembered per topic (murmur2 in Python costs more than a send)
 _time_ns = time.time_ns
+_NO_HEADERS: list[Header] = []  # shared by every record without headers: nothing appends to it
 
 
 def _check_bytes(what: str, data: Any) -> None:
@@ -147,7 +148,6 @@ class AsyncProducer:
         self._partitioner = cfg["partitioner"]
         self._max_record_size = cfg["max.request.size"] - HEADER_SIZE
         self._lock = self.accumulator.lock  # the hot path's shortcuts
-        self._batch_size = self.accumulator.batch_size
         self._started = False
         self._closed = False
 
@@ -373,7 +373,7 @@ class AsyncProducer:
             headers = _prepared_headers(headers)
             size = estimate_record_size(key, value, headers)
         else:
-            headers = ()
+            headers = _NO_HEADERS
         if size > self._max_record_size:
             raise self._too_large(size)
         if timestamp_ms is None:
@@ -385,6 +385,7 @@ class AsyncProducer:
                 wait = MustWait(False, (topic, value, key, headers, partition, timestamp_ms, callback))
                 return on_wait(make_future, wait)
         accumulator = self.accumulator
+        batch_size = accumulator.batch_size
         pool = self.pool
         lock = self._lock
         lock.acquire()  # not `with`: the context manager protocol costs twice as much, once per record
@@ -405,14 +406,20 @@ class AsyncProducer:
                     queue = accumulator.queues.get(tp)
                     batch = queue[-1] if queue else None
                 # RecordAccumulator.try_add inlined (into the open batch): the call alone is 5% of a send.
-                total = 0
+                appended = False
                 if batch is not None and not batch.full:
-                    limit = self._batch_size
-                    total = batch.builder.try_append(key, value, headers, timestamp_ms, limit)
-                    batch.full = not total or total >= limit
-                if total:
-                    batch.timestamps.append(timestamp_ms)
-                    batch.reserved += size
+                    builder = batch.builder
+                    timestamps = batch.timestamps
+                    if builder.append(len(timestamps), timestamp_ms, key, value, headers) is None:
+                        batch.full = True
+                    else:
+                        timestamps.append(timestamp_ms)
+                        batch.reserved += size
+                        appended = True
+                        if builder.size() >= batch_size:
+                            batch.full = True
+                if appended:
+                    pass
                 elif tp is None:  # the sticky batch is gone (sent or full)
                     batch = self._next_sticky(state, batch, value, headers, timestamp_ms, size)
                 else:  # no open batch: a new one
@@ -439,7 +446,7 @@ class AsyncProducer:
         state: _TopicState,
         closed: ProducerBatch | None,
         value: bytes | None,
-        headers: tuple[Header, ...],
+        headers: list[Header],
         timestamp: int,
         size: int,
     ) -> ProducerBatch:
@@ -532,8 +539,8 @@ def _record_size_bound(record: tuple[Any, ...]) -> int:
     return estimate_record_size(key, value, headers)
 
 
-def _prepared_headers(headers: Iterable[tuple[str, bytes | None]]) -> tuple[Header, ...]:
-    prepared = tuple((str(name), data) for name, data in headers)
+def _prepared_headers(headers: Iterable[tuple[str, bytes | None]]) -> list[Header]:
+    prepared = [(str(name), data) for name, data in headers]
     for name, data in prepared:
         _check_bytes(f"header {name!r} value", data)
     return prepared

@@ -232,7 +232,7 @@ class Mirror(ConsumerRebalanceListener):
             if headers and provenance.has_been_in(headers, target_alias):
                 continue  # it was read from the target cluster: copying it there would send it back
             sent.append(record)
-            rows.append((key, value, (*headers, (header, prefix + b"%d" % offset)), timestamp))
+            rows.append((key, value, [*headers, (header, prefix + b"%d" % offset)], timestamp))
         chunk = _Chunk(tp, len(records), records[-1].offset + 1, sent, [])
         if not rows:
             return chunk

@@ -15,6 +15,7 @@ from backbone.client.accumulator import (
     RecordFuture,
     stamp_producer,
 )
+from backbone.client.batch_builder import new_batch_builder
 from backbone.client.errors import BufferExhaustedError, KafkaTimeoutError
 from backbone.client.idempotence import IdempotenceState
 from backbone.client.structs import RecordMetadata, TopicPartition
@@ -56,7 +57,7 @@ def test_records_fill_a_batch_up_to_batch_size_then_a_new_one_opens() -> None:
     assert len(batches) == len(queue) > 1
     for batch in list(queue)[:-1]:
         assert batch.full
-        assert batch.builder.size_in_bytes <= 1000
+        assert batch.builder.size() <= 1000
     assert sum(b.record_count for b in queue) == 21
 
 
@@ -90,7 +91,7 @@ def test_batches_become_sendable_when_full_lingered_or_flushed() -> None:
 def test_a_retried_batch_waits_for_its_backoff_and_goes_back_in_sequence_order() -> None:
     acc = accumulator()
     fresh, _ = append(acc)
-    retried = [ProducerBatch(TP, RecordBatchBuilder(), 0.0, 10.0) for _ in range(3)]
+    retried = [ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 10.0) for _ in range(3)]
     for batch, sequence in zip(retried, (20, 0, 10), strict=True):
         batch.attempts, batch.base_sequence, batch.retry_at = 1, sequence, 5.0
         acc.reenqueue(batch)
@@ -127,7 +128,7 @@ def test_batch_completion_resolves_every_record_future() -> None:
 
 
 def test_failed_batches_fail_their_futures_and_call_errbacks() -> None:
-    batch = ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0)
+    batch = ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 1.0)
     future = RecordFuture(batch.done_event)
     batch.sinks.append(future)
     batch.timestamps.append(1)
@@ -143,7 +144,7 @@ def test_failed_batches_fail_their_futures_and_call_errbacks() -> None:
 
 
 def test_log_append_time_replaces_the_create_time() -> None:
-    batch = ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0)
+    batch = ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 1.0)
     future = RecordFuture(batch.done_event)
     batch.sinks.append(future)
     batch.timestamps.append(1)
@@ -158,7 +159,7 @@ def test_get_times_out_while_the_batch_is_pending() -> None:
 
 
 def test_a_batch_makes_its_done_event_only_when_asked_and_sets_it_whenever_asked() -> None:
-    early, late = (ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0) for _ in range(2))
+    early, late = (ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 1.0) for _ in range(2))
     for batch in (early, late):
         batch.timestamps.append(1)
     asked_before = early.done_event
@@ -174,7 +175,7 @@ def test_a_batch_makes_its_done_event_only_when_asked_and_sets_it_whenever_asked
 
 
 async def test_waiting_for_a_batch_ends_with_it_whatever_its_outcome() -> None:
-    done, failed = (ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0) for _ in range(2))
+    done, failed = (ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 1.0) for _ in range(2))
     for batch in (done, failed):
         batch.timestamps.append(1)
     waits = [asyncio.ensure_future(batch.wait_done()) for batch in (done, failed)]
@@ -187,7 +188,7 @@ async def test_waiting_for_a_batch_ends_with_it_whatever_its_outcome() -> None:
 
 
 def test_a_callback_that_raises_is_logged_not_propagated(caplog: pytest.LogCaptureFixture) -> None:
-    batch = ProducerBatch(TP, RecordBatchBuilder(), 0.0, 1.0)
+    batch = ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 1.0)
     future = RecordFuture(batch.done_event)
     batch.sinks.append(future)
     batch.timestamps.append(1)
@@ -270,10 +271,11 @@ def test_stamping_the_producer_fields_keeps_the_batch_valid() -> None:
 
 
 def make_batch(tp: TopicPartition, records: int) -> ProducerBatch:
-    builder = RecordBatchBuilder()
-    for _ in range(records):
-        builder.append(None, b"x", timestamp=1)
-    return ProducerBatch(tp, builder, 0.0, 1.0)
+    batch = ProducerBatch(tp, new_batch_builder(Codec.NONE, None, 16384), 0.0, 1.0)
+    for index in range(records):
+        batch.builder.append(index, 1, None, b"x", [])
+        batch.timestamps.append(1)
+    return batch
 
 
 def test_sequences_count_records_per_partition_and_survive_retries() -> None:

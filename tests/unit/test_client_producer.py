@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from backbone.client.accumulator import BufferPool, ProducerBatch, RecordAccumulator
+from backbone.client.batch_builder import new_batch_builder
 from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 from backbone.client.partitioner import partition_for_key
 from backbone.client.producer import AsyncProducer, AsyncRecordFuture
@@ -22,7 +23,6 @@ from backbone.protocol.errors import (
     TopicAuthorizationFailedError,
 )
 from backbone.protocol.record_batch import check_batch, read_header
-from backbone.protocol.records import RecordBatchBuilder
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = pytest.mark.unit
@@ -351,9 +351,10 @@ def test_a_completed_batch_keeps_its_metadata_but_not_its_bytes() -> None:
 
 
 def test_a_renumbered_batch_is_restamped_once() -> None:
-    builder = RecordBatchBuilder()
-    builder.append(None, b"x", timestamp=1)
+    builder = new_batch_builder(Codec.NONE, None, 16384)
+    builder.append(0, 1, None, b"x", [])
     batch = ProducerBatch(TP, builder, 0.0, 1.0)
+    batch.timestamps.append(1)
     batch.producer_id, batch.producer_epoch, batch.base_sequence = 7, 0, 0
     first = batch.build()
     assert batch.build() is first, "a retry with the same fields sends the same bytes"
@@ -369,7 +370,7 @@ def test_expiry_finds_stale_batches_behind_live_retries_and_stops_at_the_first_l
     with acc.lock:
         fresh = [acc.add(TP, None, b"x" * 80, (), 0, 1) for _ in range(3)]  # one batch each
     fresh[0].deadline, fresh[1].deadline, fresh[2].deadline = 5.0, 20.0, 8.0  # 8.0: not in creation order
-    retried = ProducerBatch(TP, RecordBatchBuilder(), 0.0, 30.0)
+    retried = ProducerBatch(TP, new_batch_builder(Codec.NONE, None, 16384), 0.0, 30.0)
     retried.attempts, retried.base_sequence = 1, 0
     acc.reenqueue(retried)
     assert list(acc.queues[TP]) == [retried, *fresh]
