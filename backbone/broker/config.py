@@ -39,6 +39,14 @@ BROKER_PROPERTIES: dict[str, Property] = {
         _P("auto.create.topics.enable", bool, True),
         _P("delete.topic.enable", bool, True),
         _P("socket.request.max.bytes", int, 104857600, minimum=1024),
+        _P(
+            "fetch.sendfile.threshold.bytes",
+            int,
+            1048576,
+            "records regions of at least this size go out with sendfile, smaller ones are read and written "
+            "(ops/bench/machine_bench.py measures both paths and says which is faster at each size)",
+            minimum=0,
+        ),
         _P("replica.lag.time.max.ms", int, 30000, minimum=1),
         _P("replica.fetch.max.bytes", int, 1048576, minimum=1),
         _P("replica.fetch.wait.max.ms", int, 500, minimum=0),

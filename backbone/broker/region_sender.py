@@ -3,8 +3,9 @@
 On this machine's virtual disk and loopback, a `sendfile` call has been seen slower than reading the
 bytes and writing them (every sendfile first waits for the transport's buffer to empty), so small regions
 are read with one `pread` and written through the transport, and only regions of at least
-`sendfile_threshold` bytes go out with `loop.sendfile`. The performance benchmarks measure both paths;
-the threshold is a setting.
+`sendfile_threshold` bytes go out with `loop.sendfile`. Which path is faster at which size depends on
+the machine: `ops/bench/machine_bench.py` measures both and recommends a value for the broker's
+`fetch.sendfile.threshold.bytes` (0: always sendfile; larger than any fetch: never).
 """
 
 from __future__ import annotations

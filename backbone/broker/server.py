@@ -120,7 +120,7 @@ class Broker(MetadataListener):
         await asyncio.to_thread(self.log_manager.startup)
         await asyncio.to_thread(self.store.start)
         self.cache.cluster_id = await self.zk(self.store.get_or_create_cluster_id)
-        sender = FileRegionSender()
+        sender = FileRegionSender(self.config["fetch.sendfile.threshold.bytes"])
         for endpoint in self.config.listeners:
             listener = Listener(
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]

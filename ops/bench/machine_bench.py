@@ -302,14 +302,16 @@ def threshold_verdict(medians: dict[str, dict[int, float]]) -> str:
     threshold = DEFAULT_SENDFILE_THRESHOLD
     told = (
         f"The broker sends a region of {size_name(threshold)} or more with `loop.sendfile` and reads a "
-        "smaller one into memory (`DEFAULT_SENDFILE_THRESHOLD` in `backbone/broker/region_sender.py`)."
+        "smaller one into memory (the broker setting `fetch.sendfile.threshold.bytes`, by default "
+        f"{threshold})."
     )
     sizes = sorted(medians[BROKER_SENDFILE])
     best = fastest_sendfile_from(medians)
     if best is None:
         return (
             f"{told} In this run `pread + write` was as fast or faster at {size_name(sizes[-1])}, the "
-            "largest size measured: these figures favour no threshold up to there."
+            "largest size measured: these figures favour no threshold up to there (on this machine, "
+            f"`fetch.sendfile.threshold.bytes={2 * sizes[-1]}` or more)."
         )
     smaller = [size for size in sizes if size < best]
     low = smaller[-1] if smaller else None
@@ -324,7 +326,8 @@ def threshold_verdict(medians: dict[str, dict[int, float]]) -> str:
         f"{told} In this run `loop.sendfile` was the faster broker path at every measured size from "
         f"{size_name(best)} up"
         + (f", `pread + write` at {size_name(low)}" if low else "")
-        + f": the crossing lies {crossing}, and {verdict}."
+        + f": the crossing lies {crossing}, and {verdict} (for this machine, "
+        f"`fetch.sendfile.threshold.bytes={best}`)."
     )
 
 
@@ -432,9 +435,7 @@ def main() -> int:
         loopback = measure_loopback(directory, sizes, loopback_bytes, args.loopback_rounds, progress)
         writes, fetched = measure_writes(args, directory, max(sizes))
     body = render(args, when, writes, fetched, loopback, max(sizes))
-    print(body)
-    if args.write:
-        report.write_block(NAME, SECTION, body)
+    report.publish(NAME, SECTION, body, args.write)
     return 0
 
 

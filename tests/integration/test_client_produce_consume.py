@@ -212,3 +212,22 @@ def test_offsets_for_times_names_the_exact_record(cluster, topic: str) -> None:
         found = consumer.offsets_for_times({tp: base + 57_500})
     assert found[tp] is not None
     assert (found[tp].offset, found[tp].timestamp) == (58, base + 58_000)
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 30], ids=["always-sendfile", "always-read"])
+def test_both_fetch_paths_serve_the_same_records(broker_factory, threshold: int) -> None:
+    """`fetch.sendfile.threshold.bytes` picks how the broker sends records: 0 sends every region with
+    sendfile, a threshold above any fetch reads every region into memory. Both serve every byte."""
+    broker = broker_factory(1, num_partitions=PARTITIONS, fetch_sendfile_threshold_bytes=threshold)
+    name = topic_name("paths")
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+    # Small batches and large ones (about 256 KiB), so fetches hold regions of very different sizes.
+    sent = [(b"small-%d" % i, b"v" * (i % 50)) for i in range(300)]
+    sent += [(b"large-%d" % i, bytes([i % 256]) * 2000) for i in range(400)]
+    with Producer(bootstrap_servers=broker.bootstrap, batch_size=256 * 1024, linger_ms=20) as producer:
+        for key, value in sent:
+            producer.send(name, value, key=key, partition=0)
+        producer.flush(timeout=30)
+    received = consume(broker.bootstrap, name, len(sent), max_partition_fetch_bytes=1 << 20)
+    assert [(r.key, r.value) for r in received] == sent
