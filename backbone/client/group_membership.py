@@ -109,6 +109,7 @@ class GroupMembership:
         self._coordinator: CoordinatorAddress | None = None
         self._conn: BrokerConnection | None = None
         self._lookup_failures = 0
+        self._join_failures = 0  # JoinGroup/SyncGroup rounds failed by the coordinator in a row
         self._joining = False
         self._requested_while_joining = False
         self._join_task: asyncio.Task[None] | None = None
@@ -279,6 +280,7 @@ class GroupMembership:
             )
         except (KafkaConnectionError, KafkaTimeoutError) as error:
             self.coordinator_dead(str(error))
+            await self._back_off()
             return None
         code = result.error_code
         if code == ErrorCode.none:
@@ -294,8 +296,9 @@ class GroupMembership:
             pass  # the join itself goes again
         elif code in COORDINATOR_ERRORS:
             self.coordinator_dead(code.name)
+            await self._back_off()
         elif code == ErrorCode.coordinator_load_in_progress:
-            await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
+            await self._back_off()
         else:
             # FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
             # GROUP_MAX_SIZE_REACHED, INVALID_GROUP_ID, GROUP_AUTHORIZATION_FAILED: retrying cannot help.
@@ -321,8 +324,10 @@ class GroupMembership:
             )
         except (KafkaConnectionError, KafkaTimeoutError) as error:
             self.coordinator_dead(str(error))
+            await self._back_off()
             return None
         if code == ErrorCode.none:
+            self._join_failures = 0
             return assignment
         if code == ErrorCode.rebalance_in_progress:
             return None
@@ -331,8 +336,20 @@ class GroupMembership:
             return None
         if code in COORDINATOR_ERRORS:
             self.coordinator_dead(code.name)
+            await self._back_off()
             return None
         raise error_for(code, f"SyncGroup of group {self.group_id!r}{_advice(code)}")
+
+    async def _back_off(self) -> None:
+        """Wait before joining again after the coordinator failed us, longer each time in a row (as Kafka's
+        client sleeps `retry.backoff.ms`): a coordinator that cannot store the group answers SyncGroup
+        with COORDINATOR_NOT_AVAILABLE at once, and rejoining at once would spin against it. Answers that
+        are part of a normal rebalance (a member id to use, a generation moved on) rejoin at once."""
+        self._join_failures += 1
+        delay = backoff_ms(
+            self.config["retry.backoff.ms"], self.config["retry.backoff.max.ms"], self._join_failures
+        )
+        await asyncio.sleep(delay / 1000)
 
     def reset_generation(self, forget_member: bool) -> None:
         self.generation_id = -1

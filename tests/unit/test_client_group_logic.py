@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import pytest
 
-from backbone.client import AsyncConsumer, ConfigError, IllegalStateError, OffsetAndMetadata, TopicPartition
+from backbone.client import (
+    AsyncConsumer,
+    ConfigError,
+    IllegalStateError,
+    OffsetAndMetadata,
+    TopicPartition,
+    group_membership,
+)
 from backbone.client.cluster import ClusterMetadata, PartitionInfo, TopicInfo
+from backbone.client.config import CONSUMER_OPTIONS, resolve
 from backbone.client.connection import BrokerConnection
 from backbone.client.consumer_group import ConsumerGroup, _as_offset
 from backbone.client.errors import KafkaConnectionError
-from backbone.client.group_requests import MemberMetadata
+from backbone.client.group_membership import GroupMembership
+from backbone.client.group_requests import JoinResult, MemberMetadata
 from backbone.client.subscription import ConsumerRebalanceListener, Subscription, call_listener, changes
 from backbone.consumer_groups.consumer_protocol import decode_assignment, decode_subscription
+from backbone.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.unit
 
@@ -227,3 +238,76 @@ async def test_aborting_a_connection_while_it_connects_is_a_connection_error() -
         await conn.close()
         server.close()
         await server.wait_closed()
+
+
+# -- rejoining after the coordinator failed a round ---------------------------------------------------
+
+
+class SilentHooks:
+    """A member with nothing to revoke or apply; as leader it assigns nothing."""
+
+    def join_protocols(self, generation_id: int) -> list[tuple[str, bytes]]:
+        return [("range", b"")]
+
+    async def assign(self, protocol_name: str, members: Any) -> dict[str, bytes]:
+        return {}
+
+    async def on_join_prepare(self) -> None:
+        pass
+
+    async def on_join_complete(self, protocol_name: str, assignment: bytes) -> bool:
+        return False
+
+    async def on_membership_lost(self) -> None:
+        pass
+
+
+async def rounds_until_stable(
+    monkeypatch: pytest.MonkeyPatch, join_codes: list[ErrorCode], sync_codes: list[ErrorCode]
+) -> tuple[int, float]:
+    """Run a join against a coordinator answering JoinGroup, then SyncGroup, with the codes given in turn
+    (then none); return the JoinGroup rounds it took and the seconds they took."""
+    settings = {"group.id": "g", "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000}
+    config = resolve(CONSUMER_OPTIONS, "consumer", settings, {})
+    membership = GroupMembership(None, config, SilentHooks())  # type: ignore[arg-type]
+    joins = iter(join_codes)
+    syncs = iter(sync_codes)
+    rounds = 0
+
+    async def coordinator(deadline: float | None = None) -> object:
+        return object()
+
+    async def join_group(conn: object, group_id: str, **_: Any) -> JoinResult:
+        nonlocal rounds
+        rounds += 1
+        code = next(joins, ErrorCode.none)
+        return JoinResult(code, 1, "range", "m-1", "m-1", (), False)
+
+    async def sync_group(conn: object, group_id: str, **_: Any) -> tuple[ErrorCode, bytes]:
+        return next(syncs, ErrorCode.none), b""
+
+    monkeypatch.setattr(membership, "coordinator", coordinator)
+    monkeypatch.setattr(group_membership, "join_group", join_group)
+    monkeypatch.setattr(group_membership, "sync_group", sync_group)
+    monkeypatch.setattr(membership, "coordinator_dead", lambda reason: None)
+    started = time.monotonic()
+    await asyncio.wait_for(membership._join_until_stable(), 30)
+    return rounds, time.monotonic() - started
+
+
+async def test_a_coordinator_that_cannot_store_the_group_is_not_asked_again_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A coordinator whose offsets partition cannot take writes answers SyncGroup with
+    # COORDINATOR_NOT_AVAILABLE at once; rejoining at once spun thousands of rounds a second against it.
+    unavailable = [ErrorCode.coordinator_not_available] * 3
+    rounds, seconds = await rounds_until_stable(monkeypatch, [], unavailable)
+    assert rounds == 4
+    assert seconds >= (100 + 200 + 400) * 0.8 / 1000, "backed off exponentially from retry.backoff.ms"
+
+
+async def test_answers_of_a_normal_rebalance_rejoin_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    codes = [ErrorCode.member_id_required, ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation]
+    rounds, seconds = await rounds_until_stable(monkeypatch, codes, [ErrorCode.rebalance_in_progress])
+    assert rounds == 5
+    assert seconds < 0.08, "no backoff between the rounds of a rebalance"
