@@ -64,15 +64,7 @@ def render(args: argparse.Namespace, when: str, results: dict[int, dict]) -> str
         "measured (ms)."
     )
     header = ["records/s sent", "records received (rate)", "p50", "p99", "p99.9", "max"]
-    return "\n".join(
-        [
-            report.run_facts(report.command("latency_bench.py"), when),
-            "",
-            report.wrap(about),
-            "",
-            report.table(header, rows),
-        ]
-    )
+    return report.figures("latency_bench.py", when, about, header, rows)
 
 
 def main() -> int:
@@ -97,9 +89,7 @@ def main() -> int:
             results[rate] = end_to_end(broker.bootstrap, rate, args.seconds)
             print(f"{rate:,} records/s: {json.dumps(results[rate])}", file=sys.stderr, flush=True)
     body = render(args, when, results)
-    print(body)
-    if args.write:
-        report.write_block(NAME, SECTION, body)
+    report.publish(NAME, SECTION, body, args.write)
     return 0
 
 

@@ -227,9 +227,7 @@ def main() -> None:
         timed = latency(source, target, args.rate, args.seconds, log)
     body = render(args, when, moved, timed)
     print(f"mirror log: {log}", file=sys.stderr)
-    print(body)
-    if args.write:
-        report.write_block(NAME, SECTION, body)
+    report.publish(NAME, SECTION, body, args.write)
 
 
 if __name__ == "__main__":

@@ -213,9 +213,7 @@ def main() -> None:
                 broker.stop()
             zookeeper.stop()
     body = render(args, when, results, times)
-    print(body)
-    if args.write:
-        report.write_block(NAME, SECTION, body)
+    report.publish(NAME, SECTION, body, args.write)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,20 @@ def write_block(name: str, heading: str, body: str, path: Path = DOCS) -> None:
     print(f"wrote the {name!r} figures to {path}", file=sys.stderr)
 
 
+def figures(
+    script: str, when: str, about: str, header: Sequence[str], rows: Sequence[Sequence[object]]
+) -> str:
+    """A benchmark's usual block: how and where it ran, what it measured (`about`), its table."""
+    return "\n".join([run_facts(command(script), when), "", wrap(about), "", table(header, rows)])
+
+
+def publish(name: str, heading: str, body: str, write: bool) -> None:
+    """Print a benchmark's figures, and with `write` (its `--write` flag) put them into docs/benchmarks.md."""
+    print(body)
+    if write:
+        write_block(name, heading, body)
+
+
 def command(script: str, argv: Sequence[str] | None = None) -> str:
     """The command line that reproduces this run, from the repository root."""
     return shlex.join(["python", f"ops/bench/{script}", *(sys.argv[1:] if argv is None else argv)])

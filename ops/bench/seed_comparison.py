@@ -522,9 +522,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="seed-comparison-", dir=ROOT.parent) as directory:
         produced, consumed = measure(args, Path(directory))
     section = render(args, command, started, produced, consumed)
-    print(section)
-    if args.write:
-        report.write_block(NAME, SECTION, section)
+    report.publish(NAME, SECTION, section, args.write)
     return 0
 
 

@@ -61,9 +61,10 @@ STEPS = (
     Step(
         "broker",
         "broker_bench.py",
-        ("--records", "500000", "--rounds", "3"),
+        ("--records", "1000000", "--rounds", "3"),
         ("--records", "50000", "--rounds", "1"),
         timeout=1200,
+        prepare=("ops/bench/install-brokers",),  # confluent-kafka
     ),
     Step(
         "replication",
