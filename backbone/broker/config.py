@@ -42,9 +42,10 @@ BROKER_PROPERTIES: dict[str, Property] = {
         _P(
             "fetch.sendfile.threshold.bytes",
             int,
-            1048576,
+            16777216,
             "records regions of at least this size go out with sendfile, smaller ones are read and written "
-            "(ops/bench/machine_bench.py measures both paths and says which is faster at each size)",
+            "a MiB at a time (ops/bench/machine_bench.py measures both paths and says which is faster at "
+            "each size)",
             minimum=0,
         ),
         _P("replica.lag.time.max.ms", int, 30000, minimum=1),

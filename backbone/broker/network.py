@@ -147,6 +147,11 @@ class Connection(asyncio.BufferedProtocol):
         self.ready.set()
         self._writable.set()
 
+    async def drained(self) -> None:
+        """Return once the transport's buffer is below its high-water mark (or the connection closed)."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+
     def pause_writing(self) -> None:
         self._writable.clear()
 
@@ -253,8 +258,7 @@ class Connection(asyncio.BufferedProtocol):
                 await self.listener.region_sender.send(self, chunk)
             if self.closed:
                 return
-        if not self._writable.is_set():
-            await self._writable.wait()
+        await self.drained()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

@@ -80,8 +80,12 @@ class FileRegion:
     def fileno(self) -> int:
         return self.file.fileno()
 
+    def part(self, start: int, length: int) -> FileRegion:
+        """The `length` bytes (fewer at the end) from `start` bytes into this region."""
+        return FileRegion(self.file, self.position + start, max(0, min(length, self.length - start)))
+
     def read(self) -> bytes:
-        """The region's bytes (copies them; the broker sends regions with sendfile instead)."""
+        """The region's bytes (a copy in memory)."""
         data = os.pread(self.file.fileno(), self.length, self.position)
         if len(data) != self.length:
             raise KafkaStorageErrorError(

@@ -302,16 +302,20 @@ def threshold_verdict(medians: dict[str, dict[int, float]]) -> str:
     threshold = DEFAULT_SENDFILE_THRESHOLD
     told = (
         f"The broker sends a region of {size_name(threshold)} or more with `loop.sendfile` and reads a "
-        "smaller one into memory (the broker setting `fetch.sendfile.threshold.bytes`, by default "
-        f"{threshold})."
+        "smaller one into memory, a MiB at a time (the broker setting `fetch.sendfile.threshold.bytes`, by "
+        f"default {threshold})."
     )
     sizes = sorted(medians[BROKER_SENDFILE])
     best = fastest_sendfile_from(medians)
     if best is None:
+        verdict = (
+            "the default already reads every measured size into memory"
+            if threshold > sizes[-1]
+            else f"on this machine, `fetch.sendfile.threshold.bytes={2 * sizes[-1]}` or more"
+        )
         return (
             f"{told} In this run `pread + write` was as fast or faster at {size_name(sizes[-1])}, the "
-            "largest size measured: these figures favour no threshold up to there (on this machine, "
-            f"`fetch.sendfile.threshold.bytes={2 * sizes[-1]}` or more)."
+            f"largest size measured: these figures favour no threshold up to there ({verdict})."
         )
     smaller = [size for size in sizes if size < best]
     low = smaller[-1] if smaller else None

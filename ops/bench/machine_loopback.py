@@ -105,6 +105,9 @@ class _Peer(asyncio.Protocol):
         self.closed = True
         self.writable.set()
 
+    async def drained(self) -> None:
+        await self.writable.wait()
+
     def pause_writing(self) -> None:
         self.writable.clear()
 
@@ -157,8 +160,7 @@ def _broker_path(peer: _Peer, file: SegmentFile, regions: Regions, threshold: in
         for _ in range(count):  # as Connection.write_chunks writes one Fetch answer
             transport.write(RESPONSE_HEADER)
             await sender.send(peer, FileRegion(file, regions.next(size), size))
-            if not peer.writable.is_set():
-                await peer.writable.wait()
+            await peer.drained()
         await asyncio.wait_for(peer.acks.get(), 120)
         return time.perf_counter() - started
 
