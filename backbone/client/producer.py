@@ -418,12 +418,11 @@ class AsyncProducer:
                         appended = True
                         if builder.size() >= batch_size:
                             batch.full = True
-                if appended:
-                    pass
-                elif tp is None:  # the sticky batch is gone (sent or full)
-                    batch = self._next_sticky(state, batch, value, headers, timestamp_ms, size)
-                else:  # no open batch: a new one
-                    batch = accumulator.add(tp, key, value, headers, timestamp_ms, size)
+                if not appended:
+                    if tp is None:  # the sticky batch is gone (sent or full)
+                        batch = self._next_sticky(state, batch, value, headers, timestamp_ms, size)
+                    else:  # no open batch: a new one
+                        batch = accumulator.add(tp, key, value, headers, timestamp_ms, size)
             if batch is not None:
                 # Reserved once the record is in, under the same hold of the lock: nobody sees the record
                 # without its memory, and a record that failed to go in took none.
