@@ -1,9 +1,9 @@
 """The record decoder's fast path for uniform runs gives exactly what the general loop gives.
 
-`_uniform_run` finds runs of records laid out alike (same sizes, no headers) a column at a time, and
-their records are made straight from a struct; the general loop decodes one record at a time. Every
-test here decodes the same bytes both ways (the general way by raising the minimum run length out of
-reach) and checks that the fast path really took the records it should, so a fast path that silently
+`record_runs.uniform_run` finds runs of records laid out alike (same sizes, no headers) a column at a
+time, and their records are made straight from a struct; the general loop decodes one record at a time.
+Every test here decodes the same bytes both ways (the general way by raising the minimum run length out
+of reach) and checks that the fast path really took the records it should, so a fast path that silently
 declined everything would fail too. Lazily decoded batches (`LazyRecords`) must read the same as well.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from crc32c import crc32c
 
-from backbone.protocol import records
+from backbone.protocol import record_runs
 from backbone.protocol.compression import Codec
 from backbone.protocol.errors import CorruptMessageError
 from backbone.protocol.record_batch import (
@@ -52,7 +52,7 @@ _counting = [True]
 def fast_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many records each run the fast path found held, in order."""
     taken: list[int] = []
-    original = records._uniform_run
+    original = record_runs.uniform_run
 
     def spy(*args: Any) -> Any:
         run = original(*args)
@@ -60,18 +60,18 @@ def fast_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             taken.append(len(run))
         return run
 
-    monkeypatch.setattr(records, "_uniform_run", spy)
+    monkeypatch.setattr(record_runs, "uniform_run", spy)
     return taken
 
 
 def decode_general(data: bytes | bytearray, *, verify_crc: bool = True) -> list[list[Record]]:
     """The records of every batch in `data` as the general loop alone decodes them."""
-    saved = records._MIN_RUN
-    records._MIN_RUN = 1 << 62  # no run is ever long enough: every record goes through the general loop
+    saved = record_runs.MIN_RUN
+    record_runs.MIN_RUN = 1 << 62  # no run is ever long enough: every record goes through the general loop
     try:
         return [batch.records for batch in decode_batches(data, verify_crc=verify_crc)]
     finally:
-        records._MIN_RUN = saved
+        record_runs.MIN_RUN = saved
 
 
 def decode_fast(data: bytes | bytearray, *, verify_crc: bool = True) -> list[list[Record]]:
@@ -182,7 +182,7 @@ def test_uniform_batches_decode_fast_and_exactly(
     # A run ends where the offset delta's varint widens (64); a tail of fewer than 16 records after it
     # is left to the general loop.
     tail = count - 64
-    assert sum(fast_taken) == (count if tail <= 0 or tail >= records._MIN_RUN else 64)
+    assert sum(fast_taken) == (count if tail <= 0 or tail >= record_runs.MIN_RUN else 64)
     assert decode_general(batch) == [expected(samples)]
 
 
@@ -370,10 +370,10 @@ def test_decode_batch_at_a_position_in_a_larger_buffer(fast_taken: list[int]) ->
 
 
 def test_offset_delta_columns_match_the_varint_encoder() -> None:
-    assert b"".join(encode_varint(i) for i in range(64)) == records._OFFSET_DELTAS_1
+    assert b"".join(encode_varint(i) for i in range(64)) == record_runs._OFFSET_DELTAS_1
     for i in range(64, 8192):
         assert encode_varint(i) == bytes(
-            (records._OFFSET_DELTAS_2_LOW[i], records._OFFSET_DELTAS_2_HIGH[i])
+            (record_runs._OFFSET_DELTAS_2_LOW[i], record_runs._OFFSET_DELTAS_2_HIGH[i])
         ), i
 
 
@@ -423,13 +423,13 @@ def test_lazy_records_slice_like_the_list() -> None:
 
 def test_lazy_decoding_makes_no_records_before_they_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     readings: list[int] = []
-    original = records._Run.__iter__
+    original = record_runs.UniformRun.__iter__
 
     def counting(run: Any) -> Iterator[Record]:
         readings.append(len(run))
         return original(run)
 
-    monkeypatch.setattr(records._Run, "__iter__", counting)
+    monkeypatch.setattr(record_runs.UniformRun, "__iter__", counting)
     lazy, want = lazy_mixture()
     assert readings == [] and len(lazy) == 146
     assert list(lazy[:10]) == want[:10]
