@@ -57,7 +57,6 @@ from backbone.protocol.record_batch import (
     peek_size,
     read_header,
 )
-from backbone.protocol.record_runs import UniformRun
 from backbone.protocol.varint import (
     SHORT_VARINTS,
     SMALL_VARINT_BIAS,
@@ -160,7 +159,7 @@ class LazyRecords(Sequence[Record]):
 
     __slots__ = ("_length", "_parts")
 
-    def __init__(self, parts: list[list[Record] | UniformRun]) -> None:
+    def __init__(self, parts: list[list[Record] | record_runs.UniformRun]) -> None:
         self._parts = parts
         self._length = sum(map(len, parts))
 
@@ -193,7 +192,7 @@ class LazyRecords(Sequence[Record]):
         raise AssertionError("part lengths do not add up")
 
     def _cut(self, start: int, stop: int) -> LazyRecords:
-        parts: list[list[Record] | UniformRun] = []
+        parts: list[list[Record] | record_runs.UniformRun] = []
         for part in self._parts:
             size = len(part)
             if start < size and stop > 0:
@@ -540,7 +539,7 @@ def _decode_records(
     of records one by one. The stretch doubles after each miss, so a batch of unlike records pays for a
     handful of cheap failed attempts, not one per record. `lazy` keeps the runs undecoded (see LazyRecords).
     """
-    parts: list[list[Record] | UniformRun] = []
+    parts: list[list[Record] | record_runs.UniformRun] = []
     records: list[Record] = []  # records decoded one by one since the last run (every record if eager)
     decoded = 0
     stretch = record_runs.MIN_RUN
