@@ -19,7 +19,7 @@ from typing import Any
 from backbone.broker.metadata import MetadataCache, MetadataListener, TopicPartition
 from backbone.broker.partition import Partition
 from backbone.broker.replica_fetcher import FetcherSettings, ReplicaFetchers
-from backbone.coordination import PartitionState, VersionConflictError
+from backbone.coordination import CoordinationError, PartitionState, VersionConflictError
 from backbone.log import LogConfig, LogManager
 from backbone.protocol.errors import (
     KafkaError,
@@ -162,7 +162,9 @@ class ReplicaManager(MetadataListener):
             log.info("event=isr_change_conflict partition=%s-%d isr=%s", *key, list(isr))
             partition.isr_change_failed()
             return
-        except KafkaError as exc:
+        except (KafkaError, CoordinationError) as exc:
+            # ZooKeeper unreachable or the session expired (CoordinationError), among others: the change must
+            # be marked failed, or the partition would wait for this write forever and never change its ISR.
             log.warning("event=isr_change_failed partition=%s-%d isr=%s error=%r", *key, list(isr), str(exc))
             partition.isr_change_failed()
             return

@@ -31,6 +31,7 @@ from backbone.coordination import (
     BrokerRegistration,
     ClusterStore,
     ConfigChange,
+    CoordinationError,
     EndPoint,
     PartitionState,
     Watch,
@@ -314,7 +315,7 @@ class Broker(MetadataListener):
     async def _remove_dead_controller(self, broker_id: int) -> None:
         try:
             await self.zk(self.store.remove_controller, broker_id)
-        except KafkaError as exc:
+        except (KafkaError, CoordinationError) as exc:
             log.warning("event=controller_removal_failed controller=%d error=%r", broker_id, str(exc))
 
     def _shutdowns_threadsafe(self, brokers: set[int]) -> None:
@@ -345,7 +346,7 @@ class Broker(MetadataListener):
     async def _load_topic_config(self, topic: str) -> None:
         try:
             overrides = await self.zk(self.store.get_topic_config, topic)
-        except KafkaError as exc:
+        except (KafkaError, CoordinationError) as exc:
             log.warning("event=topic_config_unreadable topic=%s error=%r", topic, str(exc))
             return
         if topic in self.cache.topics:

@@ -1,15 +1,22 @@
-"""The replica manager's ISR rules during a reassignment: a replica being moved off a partition never rejoins
-its ISR, so the controller's cut of the ISR to the target replicas is not undone before the move ends."""
+"""The replica manager's ISR rules.
+
+During a reassignment, a replica being moved off a partition never rejoins its ISR, so the controller's cut
+of the ISR to the target replicas is not undone before the move ends. An ISR change whose ZooKeeper write
+fails in any way (a version conflict, ZooKeeper unreachable, the session expired) is marked failed, so a
+later fetch asks again: a change left pending for good would freeze the ISR.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from backbone.broker import partition as partition_module
 from backbone.broker.metadata import MetadataCache
 from backbone.broker.replica_manager import ReplicaManager
-from backbone.coordination import PartitionState, TopicAssignment
+from backbone.coordination import CoordinationUnavailableError, PartitionState, TopicAssignment
 from backbone.log.manager import LogManager
 
 pytestmark = pytest.mark.unit
@@ -54,3 +61,83 @@ async def test_once_the_move_is_cancelled_the_replica_may_rejoin(moving_leader) 
     manager.on_topic_changed("t")
     partition.update_follower(2, 0)
     assert partition.pending_isr == (1, 2)
+
+
+@pytest.fixture
+async def lonely_leader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Broker 1 leading t-0 (replicas 1, 2, 3) with only itself in sync; ZooKeeper writes fail until told."""
+    monkeypatch.setattr(partition_module, "EXPANSION_DAMPING_S", 0.0)  # every fetch may ask
+    cache = MetadataCache()
+    cache.topics["t"] = TopicAssignment("t", {0: (1, 2, 3)})
+    cache.states[("t", 0)] = PartitionState(leader=1, leader_epoch=0, isr=(1,), controller_epoch=1)
+    logs = LogManager([tmp_path])
+    logs.startup()
+    manager = ReplicaManager(1, logs, cache, producer_expiration_ms=3_600_000)
+    manager.may_join_isr = lambda replica: True
+    zookeeper = {"up": False, "written": []}
+
+    async def write_state(topic: str, partition: int, state: PartitionState, version: int) -> int:
+        if not zookeeper["up"]:
+            raise CoordinationUnavailableError("update a partition state: ZooKeeper is unreachable")
+        zookeeper["written"].append(state.isr)
+        return version + 1
+
+    def apply_written_state(topic: str, partition: int, state: PartitionState) -> None:
+        manager.cache.states[(topic, partition)] = state  # as the broker's metadata sync does
+        manager.on_partition_state(topic, partition)
+
+    manager.write_state = write_state
+    manager.apply_written_state = apply_written_state
+    manager.on_partition_state("t", 0)
+    yield manager, manager.partitions[("t", 0)], zookeeper
+    await manager.stop_replication()
+    manager.shutdown()
+    logs.shutdown()
+
+
+async def settled(condition, timeout: float = 5.0) -> bool:
+    """Let the event loop run the manager's write tasks until `condition()` holds (or `timeout` passes)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_an_isr_write_that_zookeeper_refuses_is_asked_again(lonely_leader) -> None:
+    _, partition, zookeeper = lonely_leader
+    partition.update_follower(2, 0)  # caught up: asks for (1, 2), which ZooKeeper cannot take now
+    assert partition.pending_isr == (1, 2)
+    assert await settled(lambda: partition.pending_isr is None), "the failed change is no longer pending"
+    zookeeper["up"] = True
+    partition.update_follower(2, 0)
+    assert await settled(lambda: zookeeper["written"] == [(1, 2)])
+
+
+async def test_a_refused_shrink_does_not_block_the_expansion_after_the_controller_rewrote_the_isr(
+    lonely_leader,
+) -> None:
+    """What a whole cluster frozen past its ZooKeeper sessions does: the leader's own shrink to (1, 2) fails
+    with the expired session, then the new controller writes ISR (1,) in the same leader epoch; the
+    followers catch up and must be let back in."""
+    manager, partition, zookeeper = lonely_leader
+    manager.cache.states[("t", 0)] = PartitionState(
+        leader=1, leader_epoch=0, isr=(1, 2, 3), controller_epoch=1
+    )
+    manager.on_partition_state("t", 0)
+    partition.update_follower(2, 0)  # 2 fetched; 3 has been silent longer than replica.lag.time.max.ms
+    partition.followers[3].last_caught_up -= partition.replica_lag_time_max_s + 1
+    partition.shrink_isr_if_lagging()
+    assert partition.pending_isr == (1, 2)
+    assert await settled(lambda: partition.pending_isr is None)
+    manager.cache.states[("t", 0)] = PartitionState(
+        leader=1, leader_epoch=0, isr=(1,), controller_epoch=2, zk_version=1
+    )
+    manager.on_partition_state("t", 0)
+    zookeeper["up"] = True
+    partition.update_follower(2, 0)
+    assert await settled(lambda: partition.isr == (1, 2)), "2 is back in sync"
+    partition.update_follower(3, 0)
+    assert await settled(lambda: partition.isr == (1, 2, 3)), "3 is back in sync"
+    assert zookeeper["written"] == [(1, 2), (1, 2, 3)]
