@@ -6,11 +6,16 @@ it has registered in ZooKeeper and its metadata cache has seen itself. Exit 0 wh
 reason on stderr) when not.
 
     backbone health broker --bootstrap-server 127.0.0.1:9092 --broker-id 1
+    python -m backbone.cli.health broker --broker-id 1     # the same, without loading every command
+
+The second form is what the containers run every few seconds: it skips building the whole `backbone`
+parser (which imports every command's module) and loads only the client.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from backbone.cli.connect import CommandFailed, int_at_least, reports_failures
 
@@ -51,3 +56,14 @@ def _broker(args: argparse.Namespace) -> int:
         )
     print(f"broker {args.broker_id} healthy: registered, controller {cluster.controller_id}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backbone.cli.health")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    args = parser.parse_args(["health", *(sys.argv[1:] if argv is None else argv)])
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,9 @@ and lists itself as registered."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from cli_support import run
 
@@ -29,3 +32,15 @@ def test_nothing_listening_is_unhealthy() -> None:
     done = run("health", "broker", "--bootstrap-server", address, "--broker-id", "1", "--timeout-ms", "1000")
     assert done.returncode == 1
     assert done.stderr.decode().startswith("backbone health: ")
+
+
+def test_the_containers_short_form_checks_the_same(broker) -> None:
+    check = ["broker", "--bootstrap-server", broker.bootstrap, "--broker-id", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "backbone.cli.health", *check],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().startswith("broker 1 healthy: registered, controller 1")
