@@ -130,18 +130,23 @@ class ComposeTopology:
     def network(self, name: str):
         return self.client.networks.get(f"{self.project}_{name}")
 
-    def unhealthy(self) -> list[str]:
-        """Services not running, or whose health check does not pass (yet)."""
+    def unhealthy(self, services: Iterable[str] | None = None) -> list[str]:
+        """Services (default: all) not running, or whose health check does not pass (yet)."""
+        wanted = None if services is None else set(services)
         waiting = []
         for container in self.containers():
+            if wanted is not None and container.labels[SERVICE_LABEL] not in wanted:
+                continue
             state = container.attrs["State"]
             health = state.get("Health", {}).get("Status")
             if state["Status"] != "running" or health not in (None, "healthy"):
                 waiting.append(f"{container.labels[SERVICE_LABEL]}={health or state['Status']}")
         return waiting
 
-    def wait_healthy(self, timeout: float = 300) -> None:
-        wait_for(lambda: not self.unhealthy(), timeout, f"healthy containers ({self.project})", 2)
+    def wait_healthy(self, *services: str, timeout: float = 300) -> None:
+        """Wait until the named services (default: all) run and pass their health checks."""
+        chosen = services or None
+        wait_for(lambda: not self.unhealthy(chosen), timeout, f"healthy {services or 'containers'}", 2)
 
     def logs(self, service: str, lines: int = 40) -> str:
         return self.container(service).logs(tail=lines).decode(errors="replace")
@@ -176,8 +181,8 @@ class Traffic:
         *,
         tag: str,
         rate: float = 200.0,
-        limit: int = 60_000,
-        max_seconds: float = 300.0,
+        limit: int = 120_000,
+        max_seconds: float = 600.0,
     ) -> None:
         self.topic = topic
         self.tag = tag
