@@ -189,7 +189,7 @@ class HistoryStore:
         with self.write_lock, self.engine.begin() as db:
             for table, key in _SAMPLED:
                 removed += db.execute(delete(table).where(table.c.ts_ms < too_old)).rowcount
-                bucket = (table.c.ts_ms / DOWNSAMPLE_MS).cast(BigInteger)
+                bucket = table.c.ts_ms // DOWNSAMPLE_MS  # floor division in every dialect
                 keep = (
                     select(func.min(table.c.id))
                     .where(table.c.ts_ms < day_ago)
