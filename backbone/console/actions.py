@@ -104,7 +104,7 @@ async def _run(
         result, ok, status = f"failed: {type(error).__name__}: {error}", False, 400
     except (KafkaClientError, OSError, TimeoutError) as error:
         result, ok, status = f"failed: cluster {snapshot.name} did not answer: {error}", False, 503
-    user = request["user"]
+    user = request[auth.USER]
     await asyncio.to_thread(console.history.log_action, user, snapshot.name, action, target, detail, result)
     log.info(
         "event=console_action user=%s cluster=%s action=%s target=%s ok=%s",
@@ -305,7 +305,7 @@ async def produce(request: web.Request) -> web.Response:
         result, ok, status = f"failed: cluster {snapshot.name} did not answer: {error}", False, 503
     detail = f"key {browse.show_bytes(key, 'text')!r}, {len(value)} bytes of value"
     await asyncio.to_thread(
-        console.history.log_action, request["user"], snapshot.name, "produce", topic.name, detail, result
+        console.history.log_action, request[auth.USER], snapshot.name, "produce", topic.name, detail, result
     )
     return render(
         request,

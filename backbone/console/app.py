@@ -92,9 +92,9 @@ def state(request: web.Request) -> ConsoleState:
 def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
     console = state(request)
     page = console.templates.get_template(template).render(
-        user=request.get("user"),
-        role=request.get("role"),
-        csrf=request.get("csrf", ""),
+        user=request.get(auth.USER),
+        role=request.get(auth.ROLE),
+        csrf=request.get(auth.CSRF, ""),
         clusters=[s.snapshot for s in console.samplers.values()],
         interval_ms=console.config.interval_ms,
         path=request.path,

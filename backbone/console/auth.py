@@ -29,6 +29,9 @@ SESSION_MAX_AGE_S = 12 * 3600
 OPEN_PATHS = ("/login", "/static/", "/metrics", "/api/openapi.json")
 _hasher = PasswordHasher()
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+USER = web.RequestKey("user", str)
+ROLE = web.RequestKey("role", str)
+CSRF = web.RequestKey("csrf", str)
 
 
 def hash_password(password: str) -> str:
@@ -78,13 +81,13 @@ async def _require_login(request: web.Request, handler: Handler) -> web.StreamRe
         if request.path.startswith("/api/"):
             raise web.HTTPUnauthorized(text="log in first: POST /login with user and password")
         raise web.HTTPSeeOther(f"/login?next={request.path_qs}")
-    request["user"] = user
-    request["role"] = session.get("role", "viewer")
-    request["csrf"] = session.get("csrf", "")
+    request[USER] = user
+    request[ROLE] = session.get("role", "viewer")
+    request[CSRF] = session.get("csrf", "")
     if request.method == "POST":
         form = await request.post()
         given = str(form.get("csrf_token") or request.headers.get("X-CSRF-Token") or "")
-        if not given or not hmac.compare_digest(given, request["csrf"]):
+        if not given or not hmac.compare_digest(given, request[CSRF]):
             log.warning("event=csrf_rejected user=%s path=%s", user, request.path)
             raise web.HTTPForbidden(
                 text="the form's CSRF token is missing or wrong: reload the page and try again"
@@ -93,7 +96,7 @@ async def _require_login(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 def require_operator(request: web.Request) -> None:
-    if request.get("role") != "operator":
+    if request.get(ROLE) != "operator":
         raise web.HTTPForbidden(
-            text=f"user {request.get('user')} is a viewer: only operators may change clusters"
+            text=f"user {request.get(USER)} is a viewer: only operators may change clusters"
         )
