@@ -65,8 +65,12 @@ def evaluate_partition(
             ERR,
             "STOP",
             f"{label}: offset {_n(last.committed)} has not moved for {len(seen)} samples and the group has "
-            "no "
-            f"members, while lag is {_n(last.lag)} (from {_n(first.lag)})",
+            "no members, while lag "
+            + (
+                f"grew from {_n(first.lag)} to {_n(last.lag)}"
+                if last.lag > first.lag
+                else f"is {_n(last.lag)}"
+            ),
         )
     if 0 in lags:
         return OK_VERDICT

@@ -36,6 +36,8 @@ def problems(snapshot: ClusterSnapshot) -> list[Problem]:
         found.append(
             Problem(ERR, f"{name}: broker {broker.id} down since {clock(broker.down_since_ms)}", base)
         )
+    for note in snapshot.notes:
+        found.append(Problem(WARN, f"{name}: {note}", base))
     if snapshot.offline:
         found.append(
             Problem(ERR, f"{name}: {_plural(snapshot.offline, 'partition')} offline (no leader)", base)

@@ -10,7 +10,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -41,6 +41,7 @@ AUDIT_WINDOW_MS = 6 * 3_600_000
 AUDIT_EVERY_MS = 60_000
 COMPACT_EVERY_MS = 3_600_000
 RATE_WINDOW_MS = 300_000
+T = TypeVar("T")
 Listener = Callable[[ClusterSnapshot, ClusterSnapshot | None], Awaitable[None]]
 
 
@@ -62,7 +63,7 @@ class ClusterSampler:
         self.listeners = listeners or []
         self.snapshot = ClusterSnapshot(settings.name, settings.role)
         # Requests give up well before the next round is due, so one slow cluster never piles up rounds.
-        timeout = max(1000, min(config.interval_ms * 2, 15_000))
+        timeout = max(1000, min(config.interval_ms, 15_000))
         self.admin = AsyncAdmin(
             bootstrap_servers=settings.bootstrap_servers,
             client_id=f"backbone-console-{settings.name}",
@@ -125,9 +126,22 @@ class ClusterSampler:
                 log.exception("event=listener_failed cluster=%s", self.settings.name)
         return snapshot
 
+    async def _part(self, what: str, work: Awaitable[T], fallback: T, notes: list[str]) -> T:
+        """One part of a sample; when it fails the rest still counts, and the pages say what is missing."""
+        try:
+            return await work
+        except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:
+            notes.append(f"{what} could not be read: {error or type(error).__name__}")
+            log.warning(
+                "event=sample_part_failed cluster=%s part=%r error=%s", self.settings.name, what, error
+            )
+            return fallback
+
     async def _sample(self) -> ClusterSnapshot:
         now = _now_ms()
         admin = self.admin
+        previous = self.snapshot
+        notes: list[str] = []
         cluster = await admin.describe_cluster()
         described = await admin.describe_topics()
         live = {b.node_id for b in cluster.brokers}
@@ -148,25 +162,27 @@ class ClusterSampler:
             for p in t.partitions
             if p.leader >= 0
         ]
-        configs, starts, ends, oldest, dirs = await asyncio.gather(
-            admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in topics])
-            if topics
-            else _empty(),
-            self._offsets(led, "earliest"),
-            self._offsets(led, "latest"),
-            self._offsets(led, 0, timestamps=True),  # the first record at or after time 0: the oldest one
-            admin.describe_log_dirs(sorted(live)) if live else _empty(),
+        resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in topics]
+        configs, starts, ends, oldest, dirs, group_data = await asyncio.gather(
+            self._part("topic configs", admin.describe_configs(resources), {}, notes) if topics else _empty(),
+            self._part("log start offsets", self._offsets(led, "earliest"), {}, notes),
+            self._part("log end offsets", self._offsets(led, "latest"), {}, notes),
+            # the first record at or after time 0 is the oldest one
+            self._part("oldest records", self._offsets(led, 0, timestamps=True), {}, notes),
+            self._log_dirs(sorted(live)),
+            self._part("consumer groups", self._group_offsets(), None, notes),
         )
-        for resource, entries in configs.items():
-            if resource.name in topics:
-                topics[resource.name].configs = entries
+        for name, topic in topics.items():
+            found = configs.get(ConfigResource(ConfigResourceType.TOPIC, name))
+            kept = previous.topics.get(name)
+            topic.configs = found if found is not None else (kept.configs if kept is not None else {})
         for topic in topics.values():
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition)
                 p.start_offset = starts.get(tp)
                 p.end_offset = ends.get(tp)
                 p.oldest_ms = oldest.get(tp)
-                leader_dir = dirs.get(p.leader, {}).get(tp)
+                leader_dir = (dirs.get(p.leader) or {}).get(tp)
                 p.size_bytes = leader_dir.size if leader_dir is not None else None
         snapshot = ClusterSnapshot(
             self.settings.name,
@@ -176,8 +192,9 @@ class ClusterSampler:
             controller_id=cluster.controller_id,
             brokers=self._brokers(cluster.brokers, topics, dirs, now),
             topics=topics,
+            notes=notes,
         )
-        snapshot.groups = await self._groups(ends, now)
+        snapshot.groups = previous.groups if group_data is None else self._groups(group_data, ends, now)
         snapshot.mirrors = await self._mirrors()
         await self._audit(snapshot, now)
         try:
@@ -185,6 +202,24 @@ class ClusterSampler:
         except SQLAlchemyError as error:  # the pages still show the cluster; only the history has a gap
             log.warning("event=history_write_failed cluster=%s error=%s", self.settings.name, error)
         return snapshot
+
+    async def _log_dirs(self, brokers: list[int]) -> dict[int, dict | None]:
+        """Each registered broker's replicas; None for a broker that does not answer (registered but dead:
+        its ZooKeeper session has not expired yet)."""
+
+        async def ask(broker: int) -> dict | None:
+            try:
+                return (await self.admin.describe_log_dirs([broker]))[broker]
+            except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:
+                log.info(
+                    "event=broker_not_answering cluster=%s broker=%d error=%s",
+                    self.settings.name,
+                    broker,
+                    error,
+                )
+                return None
+
+        return dict(zip(brokers, await asyncio.gather(*(ask(b) for b in brokers)), strict=True))
 
     async def _offsets(
         self, partitions: list[TopicPartition], spec: str | int, timestamps: bool = False
@@ -203,16 +238,21 @@ class ClusterSampler:
         return {tp: o.offset for tp, o in found.items()}
 
     def _brokers(
-        self, live: list[Any], topics: dict[str, TopicState], dirs: dict, now: int
+        self, registered: list[Any], topics: dict[str, TopicState], dirs: dict[int, dict | None], now: int
     ) -> dict[int, BrokerState]:
+        """Every broker the cluster showed us or assigns replicas to; up when registered and answering."""
         assigned = {r for t in topics.values() for p in t.partitions for r in p.replicas}
-        for broker in live:
+        answering = {b.node_id for b in registered if dirs.get(b.node_id) is not None}
+        for broker in registered:
+            known = self._known_brokers.get(broker.node_id)
+            up = broker.node_id in answering
+            since = None if up else (known.down_since_ms if known and not known.up else now)
             self._known_brokers[broker.node_id] = BrokerState(
-                broker.node_id, broker.host, broker.port, broker.rack, up=True
+                broker.node_id, broker.host, broker.port, broker.rack, up=up, down_since_ms=since
             )
-        live_ids = {b.node_id for b in live}
+        registered_ids = {b.node_id for b in registered}
         for broker_id in assigned | set(self._known_brokers):
-            if broker_id in live_ids:
+            if broker_id in registered_ids:
                 continue
             known = self._known_brokers.get(broker_id) or BrokerState(broker_id, None, None, None, up=False)
             if known.up or known.down_since_ms is None:
@@ -225,20 +265,27 @@ class ClusterSampler:
                 for p in topic.partitions:
                     state.partitions += broker_id in p.replicas
                     state.leaders += p.leader == broker_id
-            state.size_bytes = sum(r.size for r in dirs.get(broker_id, {}).values())
+            state.size_bytes = sum(r.size for r in (dirs.get(broker_id) or {}).values())
             brokers[broker_id] = state
         return brokers
 
-    async def _groups(self, ends: dict[TopicPartition, int], now: int) -> dict[str, GroupState]:
+    async def _group_offsets(self) -> tuple[dict[str, Any], dict[str, dict]]:
+        """Every group's description and committed offsets."""
         listed = await self.admin.list_consumer_groups()
         ids = [g.group_id for g in listed]
         if not ids:
-            return {}
+            return {}, {}
         descriptions = await self.admin.describe_consumer_groups(ids)
         committed = await asyncio.gather(*(self.admin.list_consumer_group_offsets(g) for g in ids))
+        return descriptions, dict(zip(ids, committed, strict=True))
+
+    def _groups(
+        self, group_data: tuple[dict[str, Any], dict[str, dict]], ends: dict[TopicPartition, int], now: int
+    ) -> dict[str, GroupState]:
+        descriptions, committed = group_data
         groups = {}
         window = self.config.status_window
-        for group_id, offsets in zip(ids, committed, strict=True):
+        for group_id, offsets in committed.items():
             description = descriptions[group_id]
             owners = {tp: m.client_id or m.member_id for m in description.members for tp in m.assignment}
             rows = []

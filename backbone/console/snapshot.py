@@ -188,6 +188,8 @@ class ClusterSnapshot:
     audit: Any = None
     """The audit report (backbone.mirror.audit_report.Report) of an aggregate cluster, when read."""
     audit_error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    """Parts of the last sample that could not be read (the rest was)."""
     rates: dict[str, float] = field(default_factory=dict)
     """records/s into each topic over the last minutes, from the history"""
 
