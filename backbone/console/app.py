@@ -19,6 +19,7 @@ from backbone.console.history import HistoryStore
 from backbone.console.problems import clock
 from backbone.console.sampler import ClusterSampler
 from backbone.console.snapshot import ClusterSnapshot
+from backbone.mirror.audit_report import format_percent
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,12 @@ class ConsoleState:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters.update(
-            size=_size, duration=_duration_ms, number=_number, clock=clock, q=lambda s: quote(str(s), safe="")
+            size=_size,
+            duration=_duration_ms,
+            number=_number,
+            clock=clock,
+            q=lambda s: quote(str(s), safe=""),
+            percent=format_percent,  # the audit report's own rounding: 100.000% only when nothing is missing
         )
         self.templates.globals.update(line_chart=line_chart)
         self.stop = asyncio.Event()

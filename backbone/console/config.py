@@ -4,6 +4,7 @@
 listeners = "http://127.0.0.1:8080"
 sampling.interval.ms = 10000          # how often each cluster is asked for everything the pages show
 history.url = "sqlite:///var/console/history.db"   # any SQLAlchemy URL
+audit.interval.ms = 60000             # how often the aggregate's audit topic is read
 session.secret = "..."                # signs session cookies; random (sessions end on restart) if absent
 
 [[clusters]]
@@ -84,6 +85,8 @@ class ConsoleConfig:
     status_window: int = 10
     """How many samples Burrow-style group evaluation looks back over."""
     audit_topic: str = "__audit"
+    audit_interval_ms: int = 60_000
+    """How often an aggregate cluster's audit topic is read again (it is read whole)."""
 
     def cluster(self, name: str) -> ClusterSettings | None:
         return next((c for c in self.clusters if c.name == name), None)
@@ -155,6 +158,9 @@ def parse(data: dict[str, Any]) -> ConsoleConfig:
     window = _get(data, "status.window.samples", 10)
     if not isinstance(window, int) or not 3 <= window <= 1000:
         raise ConfigError("status.window.samples must be a whole number from 3 to 1000")
+    audit_interval = _get(data, "audit.interval.ms", 60_000)
+    if not isinstance(audit_interval, int) or audit_interval < 1000:
+        raise ConfigError("audit.interval.ms must be a whole number of milliseconds, 1000 or more")
     secret = _get(data, "session.secret")
     webhooks = tuple(_text(w, "url", f"webhooks[{i}]") for i, w in enumerate(data.get("webhooks") or []))
     return ConsoleConfig(
@@ -169,6 +175,7 @@ def parse(data: dict[str, Any]) -> ConsoleConfig:
         webhooks=webhooks,
         status_window=window,
         audit_topic=_get(data, "audit.topic", "__audit"),
+        audit_interval_ms=audit_interval,
     )
 
 

@@ -38,7 +38,6 @@ from backbone.console.snapshot import (
 log = logging.getLogger(__name__)
 
 AUDIT_WINDOW_MS = 6 * 3_600_000
-AUDIT_EVERY_MS = 60_000
 COMPACT_EVERY_MS = 3_600_000
 RATE_WINDOW_MS = 300_000
 T = TypeVar("T")
@@ -325,12 +324,12 @@ class ClusterSampler:
         return states
 
     async def _audit(self, snapshot: ClusterSnapshot, now: int) -> None:
-        """An aggregate cluster's completeness, read from its audit topic at most once a minute."""
+        """An aggregate cluster's completeness, read from its audit topic every `audit.interval.ms`."""
         previous = self.snapshot
         snapshot.audit, snapshot.audit_error = previous.audit, previous.audit_error
         if self.settings.role != "aggregate" or self.config.audit_topic not in snapshot.topics:
             return
-        if now - self._audit_read_ms < max(AUDIT_EVERY_MS, self.config.interval_ms):
+        if now - self._audit_read_ms < max(self.config.audit_interval_ms, self.config.interval_ms):
             return
         from backbone.mirror.audit import read_audit_counts
         from backbone.mirror.audit_report import summarize

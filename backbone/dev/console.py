@@ -31,6 +31,7 @@ def write_config(
     lines = [
         f"listeners = {_toml(f'http://{host}:{port}')}",
         f"sampling.interval.ms = {interval_ms}",
+        f"audit.interval.ms = {max(5000, 5 * interval_ms)}",
         f"history.url = {_toml('sqlite:///' + str(directory / 'history.db'))}",
         f"session.secret = {_toml(secrets.token_urlsafe(32))}",
     ]

@@ -14,6 +14,7 @@ import pytest
 from conftest import INTERVAL_MS, log_in, shoot, wait_until
 
 from backbone.client import Admin, Consumer, NewTopic, Producer
+from backbone.client.audit import AuditCount, bucket_start
 
 pytestmark = pytest.mark.browser
 
@@ -173,6 +174,31 @@ def test_a_viewer_sees_no_actions_and_is_refused_them(backbone, browser) -> None
     with Admin(bootstrap_servers=dc1(backbone)) as admin:
         assert "viewed" in admin.list_topics()
     shoot(page, "topic-viewer")
+    page.context.close()
+
+
+def test_the_mirrors_page_shows_the_audit_grid_with_incomplete_buckets_in_colour(backbone, browser) -> None:
+    console = backbone.data["console"]
+    bucket = 600_000
+    now = bucket_start(int(time.time() * 1000), bucket)
+    counts = [("producer", now - bucket, 50), ("aggregate", now - bucket, 40), ("producer", now, 100),
+              ("aggregate", now, 100)]  # fmt: skip
+    with Producer(bootstrap_servers=backbone.data["clusters"]["aggregate"]["bootstrap"]) as producer:
+        for sequence, (tier, start, count) in enumerate(counts):
+            message = AuditCount(tier, "browser-test", sequence, "audited", start, bucket, count, now)
+            producer.send("__audit", message.encode()).get(timeout=30)
+    page = log_in(browser, console)
+
+    def grid_shown() -> bool:
+        page.goto(console["url"] + "mirrors")
+        return page.locator("table.grid").count() > 0 and "audited" in page.locator("table.grid").inner_text()
+
+    wait_until(grid_shown, 30, "the audit grid")
+    row = page.locator("table.grid tr", has_text="audited")
+    assert row.locator("td.bad").inner_text() == "40/50"
+    assert row.locator("td.good").inner_text() == "100"
+    assert "10 missing" in page.locator("main").inner_text()
+    shoot(page, "mirrors-audit")
     page.context.close()
 
 
