@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from backbone.client import AsyncAdmin, AsyncConsumer, AsyncProducer, ConfigResource, ConfigResourceType
+from backbone.client import (
+    AsyncAdmin,
+    AsyncConsumer,
+    AsyncProducer,
+    ConfigResource,
+    ConfigResourceType,
+    NewTopic,
+)
 from backbone.console.app import STATE, build_app
 from backbone.console.auth import hash_password
 from backbone.console.config import parse
@@ -265,3 +272,75 @@ async def test_group_lag_status_history_metrics_and_an_offset_reset(console: Tes
         await console.post("/clusters/dc1/groups/etl/reset", data={**reset, "confirmed": "yes"})
     ).status == 200
     await sampled(console, lambda s: s.groups["etl"].total_lag == 10, "the reset offsets")
+
+
+@pytest.fixture
+async def two_broker_console(broker_factory, tmp_path: Path) -> AsyncIterator[tuple[TestClient, str]]:
+    from broker_fixtures import wait_until_brokers_see_each_other
+
+    brokers = [broker_factory(1), broker_factory(2)]
+    await asyncio.to_thread(wait_until_brokers_see_each_other, brokers)
+    bootstrap = brokers[0].bootstrap
+    config = parse(
+        {
+            "sampling": {"interval": {"ms": 300}},
+            "clusters": [{"name": "dc1", "bootstrap": {"servers": bootstrap}}],
+            "users": [
+                {"name": "olga", "role": "operator", "password": {"hash": hash_password(PASSWORDS["olga"])}}
+            ],
+        }
+    )
+    app = build_app(config, HistoryStore(f"sqlite:///{tmp_path}/history.db"))
+    async with TestClient(TestServer(app)) as client:
+        yield client, bootstrap
+
+
+async def test_reassign_with_progress_elect_preferred_leaders_and_produce_a_test_record(
+    two_broker_console,
+) -> None:
+    console, bootstrap = two_broker_console
+    async with AsyncAdmin(bootstrap_servers=bootstrap) as admin:
+        await admin.create_topics([NewTopic("moved", replica_assignment={0: [1, 2]})])
+    csrf = await log_in(console, "olga")
+    await sampled(
+        console, lambda s: "moved" in s.topics and s.topics["moved"].partitions[0].leader == 1, "the topic"
+    )
+
+    move = {"csrf_token": csrf, "partition": "0", "replicas": "2,1"}
+    wrong = [
+        ({"replicas": "2,2"}, "name each new replica"),
+        ({"replicas": "3"}, "brokers 3 are not live"),
+        ({"replicas": "two"}, "broker ids separated by commas"),
+    ]
+    for bad, said in wrong:
+        answer = await console.post("/clusters/dc1/topics/moved/reassign", data={**move, **bad})
+        assert answer.status == 400 and said in await answer.text(), bad
+    plan = await (await console.post("/clusters/dc1/topics/moved/reassign", data=move)).text()
+    assert re.search(r"<td>moved</td><td>0</td><td>1,2</td><td>2,1</td>", plan)
+    done = await console.post("/clusters/dc1/topics/moved/reassign", data={**move, "confirmed": "yes"})
+    assert done.status == 200 and "ok: started moved/0: [1, 2] -&gt; [2, 1]" in await done.text()
+    snapshot = await sampled(
+        console, lambda s: s.topics["moved"].partitions[0].replicas == (2, 1), "the move"
+    )
+    assert "no reassignment in progress" in await (await console.get("/clusters/dc1/reassignments")).text()
+
+    # The move kept broker 1 leading, so broker 2 (now first) is the preferred leader but does not lead.
+    assert snapshot.topics["moved"].partitions[0].leader == 1
+    plan = await (await console.post("/clusters/dc1/elect", data={"csrf_token": csrf})).text()
+    assert re.search(r"<td>moved</td><td>0</td><td>1</td><td>2</td>", plan)
+    done = await (
+        await console.post("/clusters/dc1/elect", data={"csrf_token": csrf, "confirmed": "yes"})
+    ).text()
+    assert "1 of 1 partitions moved to their preferred leader" in done
+    await sampled(console, lambda s: s.topics["moved"].partitions[0].leader_is_preferred, "the election")
+
+    record = {"csrf_token": csrf, "key": "k", "value": "<hello>", "partition": "0"}
+    assert (
+        await console.post("/clusters/dc1/topics/moved/produce", data={**record, "partition": "1"})
+    ).status == 400
+    produced = await (await console.post("/clusters/dc1/topics/moved/produce", data=record)).text()
+    assert "ok: partition 0 offset 0" in produced
+    page = await (await console.get("/clusters/dc1/topics/moved/messages?partition=0&offset=0")).text()
+    assert "&lt;hello&gt;" in page
+    actions = [a["action"] for a in await (await console.get("/api/actions")).json()]
+    assert actions == ["produce", "elect preferred leaders", "reassign"]
