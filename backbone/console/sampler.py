@@ -75,6 +75,7 @@ class ClusterSampler:
         self._audit_read_ms = 0
         self._compacted_ms = _now_ms()
         self.rounds = 0
+        self.last_round_s = 0.0
         self.round_timeout_s = max(10.0, 3 * config.interval_ms / 1000)
         self.woken = asyncio.Event()
 
@@ -104,6 +105,7 @@ class ClusterSampler:
 
     async def sample_once(self) -> ClusterSnapshot:
         previous = self.snapshot
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self.round_timeout_s):
                 snapshot = await self._sample()
@@ -118,6 +120,7 @@ class ClusterSampler:
             snapshot.failing_since_ms = previous.failing_since_ms or _now_ms()
         self.snapshot = snapshot
         self.rounds += 1
+        self.last_round_s = time.monotonic() - started
         for listener in self.listeners:
             try:
                 await listener(snapshot, previous)
