@@ -283,8 +283,9 @@ OPENAPI = {
     "info": {
         "title": "Backbone console API",
         "version": "1",
-        "description": "Read-only JSON views of what the console's pages show. Log in first (POST /login "
-        "with form fields user and password); the session cookie authenticates the API.",
+        "description": "Read-only JSON views of what the console's pages show. Log in first: GET /login "
+        "for the session cookie and the form's csrf_token, then POST /login with user, password and "
+        "csrf_token; the session cookie authenticates the API.",
     },
     "paths": {
         "/api/overview": _get("problems in words, worst first, and every cluster's summary"),

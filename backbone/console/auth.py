@@ -60,6 +60,23 @@ def install(app: web.Application, config: ConsoleConfig) -> None:
     app.middlewares.append(_require_login)
 
 
+async def login_token(request: web.Request) -> None:
+    """The login form's CSRF token: kept in a session that has no user yet, so that another site cannot log
+    a browser in under an account of its choosing."""
+    session = await get_session(request)
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(32)
+    request[CSRF] = session["csrf"]
+
+
+async def check_login_token(request: web.Request, given: str) -> None:
+    expected = (await get_session(request)).get("csrf", "")
+    if not given or not expected or not hmac.compare_digest(given, expected):
+        raise web.HTTPForbidden(
+            text="the login form's CSRF token is missing or wrong: reload the page and try again"
+        )
+
+
 async def log_in(request: web.Request, name: str, role: str) -> None:
     session = await new_session(request)
     session["user"] = name

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 DAY_MS = 86_400_000
 DOWNSAMPLE_MS = 300_000  # one sample per five minutes after the first day
 RETAIN_MS = 14 * DAY_MS
+COMPACT_EVERY_MS = 3_600_000
 
 metadata = MetaData()
 
@@ -146,6 +147,7 @@ class HistoryStore:
         self.url = _safe_url(url)
         # One writer at a time: SQLite allows no more, and every sampler writes from its own worker thread.
         self.write_lock = threading.Lock()
+        self.compacted_ms = int(time.time() * 1000)
         try:
             self.engine: Engine = create_engine(url, future=True, pool_pre_ping=True)
             metadata.create_all(self.engine)
@@ -179,6 +181,14 @@ class HistoryStore:
                 db.execute(insert(group_status), rows)
             if topics:
                 db.execute(insert(topic_size), [{"ts_ms": ts_ms, **row.__dict__} for row in topics])
+
+    def compact_when_due(self, now_ms: int) -> None:
+        """Compact once an hour, whichever sampler asks first."""
+        with self.write_lock:
+            if now_ms - self.compacted_ms < COMPACT_EVERY_MS:
+                return
+            self.compacted_ms = now_ms
+        self.compact(now_ms)
 
     def compact(self, now_ms: int | None = None) -> int:
         """Thin samples older than a day to one per key and five minutes, drop those older than

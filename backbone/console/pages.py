@@ -95,14 +95,17 @@ def _safe_next(target: str | None) -> str:
 
 
 async def login_page(request: web.Request) -> web.Response:
+    await auth.login_token(request)
     return render(request, "login.html", next=_safe_next(request.query.get("next")), failed=False)
 
 
 async def login(request: web.Request) -> web.Response:
     form = await request.post()
+    await auth.check_login_token(request, str(form.get("csrf_token", "")))
     name, password = str(form.get("user", "")), str(form.get("password", ""))
     role = await asyncio.to_thread(auth.check_password, state(request).config, name, password)
     if role is None:
+        await auth.login_token(request)
         return render(
             request, "login.html", status=401, next=_safe_next(str(form.get("next", "/"))), failed=True
         )

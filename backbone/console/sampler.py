@@ -38,7 +38,6 @@ from backbone.console.snapshot import (
 log = logging.getLogger(__name__)
 
 AUDIT_WINDOW_MS = 6 * 3_600_000
-COMPACT_EVERY_MS = 3_600_000
 RATE_WINDOW_MS = 300_000
 T = TypeVar("T")
 Listener = Callable[[ClusterSnapshot, ClusterSnapshot | None], Awaitable[None]]
@@ -73,7 +72,6 @@ class ClusterSampler:
         self._observations: dict[tuple[str, str, int], collections.deque[Observation]] = {}
         self._known_brokers: dict[int, BrokerState] = {}
         self._audit_read_ms = 0
-        self._compacted_ms = _now_ms()
         self.rounds = 0
         self.last_round_s = 0.0
         self.round_timeout_s = max(10.0, 3 * config.interval_ms / 1000)
@@ -363,9 +361,7 @@ class ClusterSampler:
         snapshot.rates = self.history.topic_rates(name, now - RATE_WINDOW_MS)
         for mirror in snapshot.mirrors:
             mirror.records_per_s = _mirror_rate(snapshot, mirror)
-        if now - self._compacted_ms > COMPACT_EVERY_MS:
-            self._compacted_ms = now
-            self.history.compact(now)
+        self.history.compact_when_due(now)
 
 
 def _mirror_rate(snapshot: ClusterSnapshot, mirror: MirrorState) -> float | None:

@@ -35,6 +35,7 @@ from backbone.console.config import parse
 from backbone.console.history import HistoryStore, LagRow
 from backbone.coordination import ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
+from backbone.protocol.errors import TopicAlreadyExistsError
 
 CLUSTERS = ("dc1", "dc2", "aggregate")
 PAGES = [
@@ -60,8 +61,13 @@ APIS = [
 async def fill(bootstrap: str, topics: int, partitions: int, groups: int) -> None:
     names = [f"topic-{i:03d}" for i in range(topics)]
     async with AsyncAdmin(bootstrap_servers=bootstrap, default_api_timeout_ms=120_000) as admin:
-        for start in range(0, topics, 50):
-            await admin.create_topics([NewTopic(n, partitions, 1) for n in names[start : start + 50]])
+        for start in range(0, topics, 20):
+            batch = [NewTopic(n, partitions, 1) for n in names[start : start + 20]]
+            try:
+                await admin.create_topics(batch)
+            except TopicAlreadyExistsError as error:  # a retry after a slow first answer: created then
+                if not all(isinstance(e, TopicAlreadyExistsError) for e in error.errors.values()):
+                    raise
         async with AsyncProducer(bootstrap_servers=bootstrap, linger_ms=20) as producer:
             sent = [
                 await producer.send(n, b"x" * 100, partition=p)
@@ -140,7 +146,9 @@ async def measure(args: argparse.Namespace, bootstraps: dict[str, str], director
         while not all(s.rounds >= 2 for s in samplers.values()):
             await asyncio.sleep(0.2)
         rounds = {name: s.last_round_s for name, s in samplers.items()}
-        await client.post("/login", data={"user": "bench", "password": "bench"})
+        page = await (await client.get("/login")).text()
+        token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        await client.post("/login", data={"user": "bench", "password": "bench", "csrf_token": token})
         timings.clear()
         for _ in range(args.rounds):
             for path in PAGES + APIS:

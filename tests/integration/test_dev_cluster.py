@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,9 +124,13 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
     assert status.returncode == 0 and status.stdout.count("running") == 7
     console = topology["console"]
     assert f"console: {console['url']}  user operator  password {console['password']}" in started.stdout
-    login = urllib.parse.urlencode({"user": console["user"], "password": console["password"]}).encode()
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-    with browser.open(console["url"] + "login", data=login, timeout=10) as page:
+    with browser.open(console["url"] + "login", timeout=10) as page:
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.read().decode()).group(1)
+    form = {"user": console["user"], "password": console["password"], "csrf_token": token}
+    with browser.open(
+        console["url"] + "login", data=urllib.parse.urlencode(form).encode(), timeout=10
+    ) as page:
         assert page.status == 200 and page.url == console["url"], "logged in and sent to the overview"
 
     # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
