@@ -60,8 +60,9 @@ class ClusterSampler:
         self.history = history
         self.listeners = listeners or []
         self.snapshot = ClusterSnapshot(settings.name, settings.role)
-        # Requests give up well before the next round is due, so one slow cluster never piles up rounds.
-        timeout = max(1000, min(config.interval_ms, 15_000))
+        # Requests give up within two intervals (rounds never overlap: the next waits for this one), and not
+        # before five seconds: a busy broker is slow, not down.
+        timeout = max(5000, min(config.interval_ms * 2, 15_000))
         self.admin = AsyncAdmin(
             bootstrap_servers=settings.bootstrap_servers,
             client_id=f"backbone-console-{settings.name}",
