@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev import mirrors
+from backbone.dev import console, mirrors
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,8 @@ class DevTopology:
         """Every recorded process in stopping order: mirrors (they read and write the clusters), brokers,
         then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
-        return [*self.mirrors, *found, self.data["zookeeper"]]
+        watching = [self.data["console"]] if "console" in self.data else []  # it only reads: stopped first
+        return [*watching, *self.mirrors, *found, self.data["zookeeper"]]
 
 
 def up(
@@ -104,6 +105,7 @@ def up(
     brokers: int = 3,
     progress: Callable[[str], None] = print,
     preferred_ports: bool = True,
+    console_interval_ms: int = console.DEFAULT_INTERVAL_MS,
 ) -> DevTopology:
     directory = directory.resolve()
     existing = DevTopology.load(directory)
@@ -153,6 +155,18 @@ def up(
             )
             topology.mirrors.append(entry)
             topology.save()
+        console_port = ports.pick(console.PREFERRED_PORT)
+        progress(f"starting the console on http://{HOST}:{console_port}/")
+        data["console"] = console.start(
+            directory,
+            data["clusters"],
+            topology.mirrors,
+            console_port,
+            HOST,
+            console_interval_ms,
+            started_mirrors,
+        )
+        topology.save()
     except BaseException:
         # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
         # rather than restarting half a topology.
@@ -303,6 +317,9 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
                 process_alive(mirror["pid"], mirror["marker"]),
             )
         )
+    if "console" in topology.data:
+        entry = topology.data["console"]
+        rows.append((f"console {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"])))
     zk = topology.data["zookeeper"]
     rows.append((f"zookeeper {zk['connect']}", zk["pid"], process_alive(zk["pid"], zk["marker"])))
     return rows
