@@ -72,6 +72,10 @@ def run_up(args: argparse.Namespace) -> int:
             f"{'mirror':>10}: {mirror['source']} -> {mirror['target']}  group {mirror['group']}  "
             f"metrics http://{mirror['host']}:{mirror['metrics_port']}/metrics"
         )
+    if "schema_registry" in started.data:
+        print(
+            f"{'registry':>10}: {started.data['schema_registry']['url']}  (schemas in aggregate's _schemas)"
+        )
     print(
         USAGE_AFTER_UP.format(
             path=started.path, bootstrap=first["bootstrap"].split(",")[0], directory=args.dir

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev import mirrors
+from backbone.dev import mirrors, registry
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,8 @@ class DevTopology:
         """Every recorded process in stopping order: mirrors (they read and write the clusters), brokers,
         then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
-        return [*self.mirrors, *found, self.data["zookeeper"]]
+        schema_registry = [self.data["schema_registry"]] if "schema_registry" in self.data else []
+        return [*self.mirrors, *schema_registry, *found, self.data["zookeeper"]]
 
 
 def up(
@@ -152,6 +153,12 @@ def up(
                 directory, source, target, data["clusters"], metrics_port, HOST, started_mirrors
             )
             topology.mirrors.append(entry)
+            topology.save()
+        if mirrors.AGGREGATE in clusters:  # the registry keeps its schemas in the aggregate cluster
+            port = ports.pick(registry.PREFERRED_PORT)
+            progress(f"starting the schema registry on http://{HOST}:{port}")
+            bootstrap = data["clusters"][mirrors.AGGREGATE]["bootstrap"]
+            data["schema_registry"] = registry.start(directory, bootstrap, HOST, port, started_mirrors)
             topology.save()
     except BaseException:
         # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
@@ -302,6 +309,11 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
                 mirror["pid"],
                 process_alive(mirror["pid"], mirror["marker"]),
             )
+        )
+    if "schema_registry" in topology.data:
+        entry = topology.data["schema_registry"]
+        rows.append(
+            (f"schema registry {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"]))
         )
     zk = topology.data["zookeeper"]
     rows.append((f"zookeeper {zk['connect']}", zk["pid"], process_alive(zk["pid"], zk["marker"])))

@@ -115,7 +115,10 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         with urllib.request.urlopen(f"http://127.0.0.1:{mirror['metrics_port']}/metrics", timeout=10) as page:
             assert page.status == 200
     status = backbone("dev", "status", "--dir", str(dev_dir))
-    assert status.returncode == 0 and status.stdout.count("running") == 6  # 3 brokers, 2 mirrors, ZooKeeper
+    # 3 brokers, 2 mirrors, the schema registry, ZooKeeper
+    assert status.returncode == 0 and status.stdout.count("running") == 7
+    with urllib.request.urlopen(topology["schema_registry"]["url"] + "/subjects", timeout=10) as subjects:
+        assert json.loads(subjects.read()) == []
 
     # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
     # where it came from.
@@ -139,7 +142,7 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
     assert restarted["pid"] != victim["pid"] and process_alive(restarted["pid"], restarted["marker"])
 
     stopped = backbone("dev", "down", "--dir", str(dev_dir))
-    assert stopped.returncode == 0 and "stopped 6 process(es)" in stopped.stdout
+    assert stopped.returncode == 0 and "stopped 7 process(es)" in stopped.stdout
     lines = stopped.stdout.splitlines()
     assert lines[0].startswith("stopping mirror") and lines[1].startswith("stopping mirror"), "mirrors first"
     final = json.loads((dev_dir / "topology.json").read_text())
