@@ -114,7 +114,13 @@ class RegistryApp:
             for attempt in (1, 2):
                 try:
                     async with self.store.writing():
-                        return reply(await handler(request))
+                        await self.store.lead()  # the state is current once this instance leads
+                        try:
+                            body = await handler(request)
+                        finally:
+                            staged = self.store.take_staged()
+                    await self.store.confirm(staged)
+                    return reply(body)
                 except NotLeader as not_leader:
                     if request.headers.get(FORWARDED):
                         raise errors.forwarding_error(f"this instance does not lead ({not_leader})") from None
@@ -152,7 +158,6 @@ class RegistryApp:
     async def register(self, request: web.Request) -> dict[str, Any]:
         subject = request.match_info["subject"]
         text = schema_text(await body_of(request))
-        await self.store.read_to_end()
         schema_id, version = self.state.plan_registration(subject, text)
         if version is not None:
             record = {
@@ -162,13 +167,12 @@ class RegistryApp:
                 "schema": text,
                 "deleted": False,
             }
-            await self.store.write([({"keytype": "SCHEMA", "subject": subject, "version": version}, record)])
+            await self.store.stage([({"keytype": "SCHEMA", "subject": subject, "version": version}, record)])
             log.info("event=schema_registered subject=%s version=%d id=%d", subject, version, schema_id)
         return {"id": schema_id}
 
     async def delete_subject(self, request: web.Request) -> list[int]:
         subject = request.match_info["subject"]
-        await self.store.read_to_end()
         every = self.state.versions(subject, deleted=True)
         if flag(request, "permanent"):
             if any(not v.deleted for v in every.values()):
@@ -181,21 +185,20 @@ class RegistryApp:
             records = [
                 (self._key(subject, n), self._record(subject, n, v.schema_id, True)) for n, v in live.items()
             ]
-        await self.store.write(records)
+        await self.store.stage(records)
         return sorted(key["version"] for key, _ in records)
 
     async def delete_version(self, request: web.Request) -> int:
         subject = request.match_info["subject"]
-        await self.store.read_to_end()
         number, version = self.state.version(subject, request.match_info["version"], deleted=True)
         if flag(request, "permanent"):
             if not version.deleted:
                 raise errors.version_not_soft_deleted(subject, number)
-            await self.store.write([(self._key(subject, number), None)])
+            await self.store.stage([(self._key(subject, number), None)])
         else:
             if version.deleted:
                 raise errors.version_soft_deleted(subject, number)
-            await self.store.write(
+            await self.store.stage(
                 [(self._key(subject, number), self._record(subject, number, version.schema_id, True))]
             )
         return number
@@ -203,16 +206,15 @@ class RegistryApp:
     async def put_config(self, request: web.Request) -> dict[str, str]:
         level = compatibility.check_level((await body_of(request)).get("compatibility"))
         subject = request.match_info.get("subject")
-        await self.store.write([({"keytype": "CONFIG", "subject": subject}, {"compatibilityLevel": level})])
+        await self.store.stage([({"keytype": "CONFIG", "subject": subject}, {"compatibilityLevel": level})])
         return {"compatibility": level}
 
     async def delete_config(self, request: web.Request) -> dict[str, str]:
         subject = request.match_info["subject"]
-        await self.store.read_to_end()
         if subject not in self.state.levels:
             raise errors.subject_not_found(subject)
         previous = self.state.levels[subject]
-        await self.store.write([({"keytype": "CONFIG", "subject": subject}, None)])
+        await self.store.stage([({"keytype": "CONFIG", "subject": subject}, None)])
         return {"compatibilityLevel": previous}
 
     @staticmethod

@@ -47,6 +47,7 @@ class RegistryState:
     subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
     levels: dict[str | None, str] = field(default_factory=dict)  # None: the global level
     lease: Lease | None = None
+    last_id: int = 0
 
     # -- applying the log -------------------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ class RegistryState:
             )
             return
         self.schemas[schema_id] = text
+        self.last_id = max(self.last_id, schema_id)
         self.ids.setdefault(text, schema_id)
         versions[version] = Version(schema_id, bool(value.get("deleted", False)))
 
@@ -154,7 +156,7 @@ class RegistryState:
         found = compatibility.problems(self.level(subject), text, earlier)
         if found:
             raise errors.incompatible("; ".join(found))
-        schema_id = self.ids.get(text) or max(self.schemas, default=0) + 1
+        schema_id = self.ids.get(text) or self.last_id + 1
         return schema_id, max(live, default=0) + 1
 
 

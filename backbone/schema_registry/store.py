@@ -34,6 +34,8 @@ from backbone.schema_registry.state import Lease, RegistryState, encode
 
 log = logging.getLogger(__name__)
 
+WRITE_HEADER = "registry.write"  # instance:sequence on every staged record, so its writer skips it on reading
+
 
 class NotLeader(Exception):
     def __init__(self, lease: Lease) -> None:
@@ -62,6 +64,9 @@ class SchemaLog:
         self._advanced = asyncio.Condition()
         self._write_lock = asyncio.Lock()
         self._tail: asyncio.Task[None] | None = None
+        self._own: set[bytes] = set()  # tags of staged records the tail has not read back yet
+        self._sequence = 0
+        self._staged: list[Any] = []
         self.consumer = AsyncConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -117,7 +122,11 @@ class SchemaLog:
                 continue
             for records in polled.values():
                 for record in records:
-                    self._apply(record.key, record.value, record.offset)
+                    tag = dict(record.headers).get(WRITE_HEADER)
+                    if tag in self._own:
+                        self._own.discard(tag)  # staged: applied here when it was written
+                    else:
+                        self._apply(record.key, record.value, record.offset)
                     self.position = record.offset + 1
             if polled:
                 async with self._advanced:
@@ -143,53 +152,94 @@ class SchemaLog:
         except (KafkaError, KafkaClientError, OSError) as error:
             raise errors.store_error(str(error)) from None
 
-    async def write(self, records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
-        """Append records as the leader and wait until they are applied here. Raises NotLeader when another
-        instance holds the lease. Callers plan their records under `writing()` so plans do not race."""
-        await self._ensure_lease()
-        await self._append(records)
-
     def writing(self) -> asyncio.Lock:
+        """Held while a write is planned and appended, so that plans made here do not race."""
         return self._write_lock
 
-    async def _ensure_lease(self) -> None:
-        await self.read_to_end()
+    async def lead(self) -> None:
+        """Make sure this instance holds the lease, with the state read to the end; NotLeader when another
+        instance does. While its lease runs no other instance writes, so the state stays current from its
+        own appends alone and no read is needed."""
         now = int(time.time() * 1000)
         lease = self.state.lease
-        if lease is not None and lease.instance != self.instance and lease.expires_at_ms > now:
-            raise NotLeader(lease)
         if (
             lease is not None
             and lease.instance == self.instance
             and lease.expires_at_ms - now > self.lease_ms / 2
         ):
             return
+        await self.read_to_end()
+        now = int(time.time() * 1000)
+        lease = self.state.lease
+        if lease is not None and lease.instance != self.instance and lease.expires_at_ms > now:
+            raise NotLeader(lease)
         claim = {
             "instance": self.instance,
             "url": self.url,
             "claimed_at_ms": now,
             "expires_at_ms": now + self.lease_ms,
         }
-        await self._append([({"keytype": "LEASE"}, claim)])
+        await self.append([({"keytype": "LEASE"}, claim)])
         lease = self.state.lease
         if lease is None or lease.instance != self.instance:
             raise NotLeader(lease)  # another instance's claim came first
         if lease.claimed_at_ms == now:
             log.info("event=schemas_lease_claimed instance=%s url=%s", self.instance, self.url)
 
-    async def _append(self, records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
+    async def append(self, records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
+        """Write records and wait until the tail has read and applied them (for lease claims, whose outcome
+        depends on what other instances wrote before them)."""
         try:
-            futures = [
-                await self.producer.send(self.topic, encode(value), key=encode(key), partition=0)
-                for key, value in records
-            ]
             async with asyncio.timeout(self.timeout_s):
+                futures = [await self._send(key, value) for key, value in records]
                 last = await futures[-1]
-                for future in futures[:-1]:
-                    await future
                 async with self._advanced:
                     await self._advanced.wait_for(lambda: self.position > last.offset)
         except TimeoutError:
             raise errors.store_timeout(f"writing to {self.topic} took over {self.timeout_s} s") from None
         except (KafkaError, KafkaClientError, OSError) as error:
             raise errors.store_error(str(error)) from None
+
+    async def stage(self, records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
+        """As the leader (under `writing()`, after `lead()`): apply records here at once and send them;
+        `confirm` waits for their acknowledgement after the lock is released, so concurrent writes share
+        the broker's round trips."""
+        for key, value in records:
+            self._sequence += 1
+            tag = f"{self.instance}:{self._sequence}".encode()
+            self._own.add(tag)
+            self.state.apply(key, value)
+            self._staged.append(await self._send(key, value, tag))
+
+    def take_staged(self) -> list[Any]:
+        staged, self._staged = self._staged, []
+        return staged
+
+    async def confirm(self, futures: list[Any]) -> None:
+        """Wait for staged records' acknowledgement; when one fails, the state (which already holds them) is
+        read again from the topic and the write reported failed."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                for future in futures:
+                    await future
+            return
+        except TimeoutError:
+            failure = errors.store_timeout(f"writing to {self.topic} took over {self.timeout_s} s")
+        except (KafkaError, KafkaClientError, OSError) as error:
+            failure = errors.store_error(str(error))
+        log.error("event=schemas_write_failed error=%r (reloading the state from the topic)", failure.message)
+        await self._reload()
+        raise failure
+
+    async def _reload(self) -> None:
+        self.state.__dict__.update(RegistryState(default_level=self.state.default_level).__dict__)
+        self._own.clear()
+        self.position = 0
+        self.consumer.seek_to_beginning(self.partition)
+        await self.read_to_end()
+
+    async def _send(self, key: dict[str, Any], value: dict[str, Any] | None, tag: bytes | None = None) -> Any:
+        headers = [(WRITE_HEADER, tag)] if tag else None
+        return await self.producer.send(
+            self.topic, encode(value), key=encode(key), partition=0, headers=headers
+        )
