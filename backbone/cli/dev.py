@@ -40,6 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated cluster names (default dc1,dc2,aggregate)",
     )
     up.add_argument("--brokers", type=int, default=3, help="brokers per cluster (default 3)")
+    up.add_argument(
+        "--generate",
+        type=float,
+        nargs="?",
+        const=50.0,
+        default=0.0,
+        metavar="RATE",
+        help="also run `backbone generate` in each datacenter (RATE events/s, default 50)",
+    )
     up.set_defaults(handler=reports_failures(run_up))
 
     down = actions.add_parser("down", help="stop everything `dev up` started")
@@ -59,7 +68,7 @@ def run_up(args: argparse.Namespace) -> int:
     if not clusters or args.brokers < 1:
         raise UsageError("give at least one cluster name and --brokers of 1 or more")
     try:
-        started = topology.up(args.dir, clusters, args.brokers)
+        started = topology.up(args.dir, clusters, args.brokers, generate_rate=args.generate)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except StartError as exc:

@@ -96,7 +96,8 @@ class DevTopology:
         then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
         schema_registry = [self.data["schema_registry"]] if "schema_registry" in self.data else []
-        return [*self.mirrors, *schema_registry, *found, self.data["zookeeper"]]
+        generators = self.data.get("generators", [])
+        return [*generators, *self.mirrors, *schema_registry, *found, self.data["zookeeper"]]
 
 
 def up(
@@ -105,6 +106,7 @@ def up(
     brokers: int = 3,
     progress: Callable[[str], None] = print,
     preferred_ports: bool = True,
+    generate_rate: float = 0.0,
 ) -> DevTopology:
     directory = directory.resolve()
     existing = DevTopology.load(directory)
@@ -160,6 +162,21 @@ def up(
             bootstrap = data["clusters"][mirrors.AGGREGATE]["bootstrap"]
             data["schema_registry"] = registry.start(directory, bootstrap, HOST, port, started_mirrors)
             topology.save()
+            for name in clusters if generate_rate > 0 else ():
+                if name != mirrors.AGGREGATE:
+                    progress(f"starting the traffic generator of {name} ({generate_rate:g} events/s)")
+                    url = data["schema_registry"]["url"]
+                    entry = registry.start_generator(
+                        directory,
+                        name,
+                        data["clusters"],
+                        url,
+                        mirrors.AGGREGATE,
+                        generate_rate,
+                        started_mirrors,
+                    )
+                    data.setdefault("generators", []).append(entry)
+                    topology.save()
     except BaseException:
         # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
         # rather than restarting half a topology.
@@ -310,6 +327,8 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
                 process_alive(mirror["pid"], mirror["marker"]),
             )
         )
+    for entry in topology.data.get("generators", []):
+        rows.append((entry["name"], entry["pid"], process_alive(entry["pid"], entry["marker"])))
     if "schema_registry" in topology.data:
         entry = topology.data["schema_registry"]
         rows.append(
