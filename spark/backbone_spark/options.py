@@ -52,6 +52,8 @@ _READ_OPTIONS = {
     "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
 }
 _WRITE_OPTIONS = {"topic": "topic", "includeheaders": "includeHeaders"}
+# Options Spark itself adds for streaming queries; they are not the source's business.
+_SPARK_OWN = {"checkpointlocation"}
 
 
 class OptionError(ValueError):
@@ -88,6 +90,8 @@ def _split_client_options(
             client["bootstrap.servers"] = value
         elif name in known:
             own[known[name]] = value
+        elif name in _SPARK_OWN:
+            continue
         elif name == "path":
             raise OptionError(f"the {what} takes no path; name topics with the 'subscribe' or 'topic' option")
         else:

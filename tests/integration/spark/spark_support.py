@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from backbone.client import Admin, NewTopic, Producer
@@ -94,3 +96,20 @@ def in_order(records: list[Produced]) -> list[Produced]:
 
 def read_rows(df: Any) -> list[Produced]:
     return sorted((as_produced(row) for row in df.collect()), key=lambda r: (r.topic, r.partition, r.offset))
+
+
+def checkpoint_offsets(checkpoint: Path | str) -> dict[str, dict[str, int]]:
+    """The source offsets of the last batch Spark committed in `checkpoint` ({topic: {partition: offset}})."""
+    commits = [int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()]
+    last = max(commits)
+    lines = Path(checkpoint, "offsets", str(last)).read_text().splitlines()
+    return json.loads(lines[-1])["offsets"]
+
+
+def group_offsets(bootstrap: str, group: str) -> dict[str, dict[str, int]]:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        committed = admin.list_consumer_group_offsets(group)
+    result: dict[str, dict[str, int]] = {}
+    for tp, meta in committed.items():
+        result.setdefault(tp.topic, {})[str(tp.partition)] = meta.offset
+    return result
