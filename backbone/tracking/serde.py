@@ -60,6 +60,10 @@ class RegistryClient:
         text = schema if isinstance(schema, str) else json.dumps(schema)
         return int(self._call("POST", f"/subjects/{subject}/versions", {"schema": text})["id"])
 
+    def latest(self, subject: str) -> str:
+        """The text of the subject's newest schema version."""
+        return str(self._call("GET", f"/subjects/{subject}/versions/latest")["schema"])
+
     def schema(self, schema_id: int) -> Any:
         """The parsed writer schema with this id; UndecodableError when the registry has none."""
         with self._lock:

@@ -116,8 +116,8 @@ def main() -> None:
         [f"registrations, {args.clients} clients ({args.schemas} schemas)", f"{many:,.0f} /s"],
     ]
     about = (
-        "One broker (acks=all on a one-replica `_schemas`), one registry instance; lookups over one keep-alive "
-        "HTTP connection; each registration answered after its record is acknowledged and read back. "
+        "One broker (acks=all on a one-replica `_schemas`), one registry instance; lookups over one "
+        "keep-alive HTTP connection; each registration answered after its record is acknowledged. "
         "Targets: cached lookup median under 1 ms, at least 500 registrations/s."
     )
     body = report.figures("registry_bench.py", when, about, ["measure", "figure"], rows)
