@@ -24,6 +24,8 @@ _COMMAND_MODULES = (
     "audit",
     "health",
     "console",
+    "schema_registry",
+    "generate",
 )
 
 

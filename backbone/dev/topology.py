@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev import console, mirrors
+from backbone.dev import console, mirrors, registry
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ class DevTopology:
         then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
         watching = [self.data["console"]] if "console" in self.data else []  # it only reads: stopped first
-        return [*watching, *self.mirrors, *found, self.data["zookeeper"]]
+        schema_registry = [self.data["schema_registry"]] if "schema_registry" in self.data else []
+        generators = self.data.get("generators", [])
+        return [*watching, *generators, *self.mirrors, *schema_registry, *found, self.data["zookeeper"]]
 
 
 def up(
@@ -106,6 +108,7 @@ def up(
     progress: Callable[[str], None] = print,
     preferred_ports: bool = True,
     console_interval_ms: int = console.DEFAULT_INTERVAL_MS,
+    generate_rate: float = 0.0,
 ) -> DevTopology:
     directory = directory.resolve()
     existing = DevTopology.load(directory)
@@ -167,6 +170,27 @@ def up(
             started_mirrors,
         )
         topology.save()
+        if mirrors.AGGREGATE in clusters:  # the registry keeps its schemas in the aggregate cluster
+            port = ports.pick(registry.PREFERRED_PORT)
+            progress(f"starting the schema registry on http://{HOST}:{port}")
+            bootstrap = data["clusters"][mirrors.AGGREGATE]["bootstrap"]
+            data["schema_registry"] = registry.start(directory, bootstrap, HOST, port, started_mirrors)
+            topology.save()
+            for name in clusters if generate_rate > 0 else ():
+                if name != mirrors.AGGREGATE:
+                    progress(f"starting the traffic generator of {name} ({generate_rate:g} events/s)")
+                    url = data["schema_registry"]["url"]
+                    entry = registry.start_generator(
+                        directory,
+                        name,
+                        data["clusters"],
+                        url,
+                        mirrors.AGGREGATE,
+                        generate_rate,
+                        started_mirrors,
+                    )
+                    data.setdefault("generators", []).append(entry)
+                    topology.save()
     except BaseException:
         # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
         # rather than restarting half a topology.
@@ -320,6 +344,13 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
     if "console" in topology.data:
         entry = topology.data["console"]
         rows.append((f"console {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"])))
+    for entry in topology.data.get("generators", []):
+        rows.append((entry["name"], entry["pid"], process_alive(entry["pid"], entry["marker"])))
+    if "schema_registry" in topology.data:
+        entry = topology.data["schema_registry"]
+        rows.append(
+            (f"schema registry {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"]))
+        )
     zk = topology.data["zookeeper"]
     rows.append((f"zookeeper {zk['connect']}", zk["pid"], process_alive(zk["pid"], zk["marker"])))
     return rows

@@ -120,8 +120,8 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         with urllib.request.urlopen(f"http://127.0.0.1:{mirror['metrics_port']}/metrics", timeout=10) as page:
             assert page.status == 200
     status = backbone("dev", "status", "--dir", str(dev_dir))
-    # 3 brokers, 2 mirrors, ZooKeeper and the console
-    assert status.returncode == 0 and status.stdout.count("running") == 7
+    # 3 brokers, 2 mirrors, ZooKeeper, the console and the schema registry
+    assert status.returncode == 0 and status.stdout.count("running") == 8
     console = topology["console"]
     assert f"console: {console['url']}  user operator  password {console['password']}" in started.stdout
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
@@ -132,6 +132,8 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         console["url"] + "login", data=urllib.parse.urlencode(form).encode(), timeout=10
     ) as page:
         assert page.status == 200 and page.url == console["url"], "logged in and sent to the overview"
+    with urllib.request.urlopen(topology["schema_registry"]["url"] + "/subjects", timeout=10) as subjects:
+        assert json.loads(subjects.read()) == []
 
     # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
     # where it came from.
