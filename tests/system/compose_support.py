@@ -10,6 +10,7 @@ something, bounded in count and time, and remembers where each acknowledged reco
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -36,7 +37,9 @@ TEST_SETTINGS = {
     "BACKBONE_AUDIT_INTERVAL_MS": "2000",
     "BACKBONE_ZOOKEEPER_SESSION_TIMEOUT_MS": "6000",
     "BACKBONE_REPLICA_LAG_TIME_MAX_MS": "6000",
+    "BACKBONE_CONSOLE_INTERVAL_MS": "2000",
 }
+CONSOLE_USER, CONSOLE_PASSWORD = "operator", "system-test-password"
 
 
 def docker_engine() -> docker.DockerClient:
@@ -82,11 +85,16 @@ class ComposeTopology:
             for cluster in CLUSTERS
             for broker in BROKER_IDS
         }
+        self.console_port, self.registry_port = find_free_port(), find_free_port()
         self.env = {
             **os.environ,
             **images,
             **TEST_SETTINGS,
             **{key: str(port) for key, port in self.ports.items()},
+            "CONSOLE_PORT": str(self.console_port),
+            "SCHEMA_REGISTRY_PORT": str(self.registry_port),
+            "BACKBONE_CONSOLE_USER": CONSOLE_USER,
+            "BACKBONE_CONSOLE_PASSWORD": CONSOLE_PASSWORD,
             "BACKBONE_PROJECT": self.project,
         }
 
@@ -158,6 +166,9 @@ class ComposeTopology:
 
     def brokers(self, cluster: str) -> list[str]:
         return [f"{cluster}-broker-{b}" for b in BROKER_IDS]
+
+    def console(self) -> ConsoleSession:
+        return ConsoleSession(f"http://127.0.0.1:{self.console_port}", CONSOLE_USER, CONSOLE_PASSWORD)
 
     # -- faults ------------------------------------------------------------------------------------
 
@@ -306,9 +317,9 @@ def lost_in_aggregate(traffics: Iterable[Traffic], records: Iterable) -> list[st
     return missing
 
 
-def audit_report(aggregate: str, topic: str) -> tuple[bool, str]:
+def audit_report(aggregate: str, topic: str, *options: str) -> tuple[bool, str]:
     """`backbone audit report` for one topic: whether it says complete, and its text."""
-    command = ["audit", "report", "--bootstrap-server", aggregate, "--topic", topic]
+    command = ["audit", "report", "--bootstrap-server", aggregate, "--topic", topic, *options]
     result = subprocess.run(
         [sys.executable, "-m", "backbone", *command],
         capture_output=True,
@@ -316,3 +327,25 @@ def audit_report(aggregate: str, topic: str) -> tuple[bool, str]:
         timeout=120,
     )
     return result.returncode == 0, result.stdout + result.stderr
+
+
+class ConsoleSession:
+    """The console's JSON API as its configured user, logged in through its login form (CSRF token and
+    session cookie), the way a browser does."""
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        self.url = url
+        self.http = requests.Session()
+        form = self.http.get(f"{url}/login", timeout=30)
+        form.raise_for_status()
+        token = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)
+        answer = self.http.post(
+            f"{url}/login", data={"user": user, "password": password, "csrf_token": token}, timeout=30
+        )
+        answer.raise_for_status()
+        assert answer.url.rstrip("/") == url, f"login as {user} refused: {answer.url}"
+
+    def get(self, path: str):
+        answer = self.http.get(f"{self.url}{path}", timeout=30)
+        answer.raise_for_status()
+        return answer.json()

@@ -2,7 +2,9 @@
 
 One topology for the module, built by docker/build and brought up under a project name of its own: dc1,
 dc2 and aggregate (a ZooKeeper and three brokers each, on their own networks), a mirror and an audit
-counter per datacenter on both its network and the aggregate's, an audit counter in the aggregate.
+counter per datacenter on both its network and the aggregate's, an audit counter in the aggregate, the
+schema registry, a tracking-event generator per datacenter and the console (watched through its JSON API
+as its configured user while the faults last).
 The host produces numbered records (acks=all, audited) into the published listeners while each test
 breaks something; afterwards every acknowledged record is where it must be, record by record and in the
 audit report, and each test prints "acknowledged N, lost 0". Everything the module made (containers,
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 from compose_support import (
     ComposeTopology,
+    ConsoleSession,
     Traffic,
     audit_report,
     build_images,
@@ -116,6 +119,25 @@ def partition_leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[i
     return {p.partition: (p.leader, sorted(p.isr)) for p in description.partitions}
 
 
+def console_sees_under_replicated(console: ConsoleSession, cluster: str, topic: str) -> bool:
+    """The console's API counts under-replicated partitions in `cluster`, `topic` among them."""
+    found = console.get(f"/api/clusters/{cluster}")
+    topics = {t["name"]: t for t in found["topic_list"]}
+    if found["under_replicated_partitions"] > 0 and topics.get(topic, {}).get("under_replicated"):
+        print(f"console: {cluster} has {found['under_replicated_partitions']} under-replicated partitions")
+        return True
+    return False
+
+
+def mirror_lag(console: ConsoleSession, source: str, seen: list[int]) -> int:
+    """The lag in records the console reports for the mirror out of `source` (-1 while it has none yet)."""
+    rows = [m for m in console.get("/api/mirrors")["mirrors"] if m["source"] == source]
+    assert len(rows) == 1, f"the console knows no single mirror out of {source}: {rows}"
+    lag = rows[0]["lag_records"]
+    seen[:] = [-1 if lag is None else lag]
+    return seen[0]
+
+
 def test_records_from_both_datacenters_reach_the_aggregate(backbone: ComposeTopology) -> None:
     for cluster in ("dc1", "dc2"):
         create_topic(backbone, cluster, "pageviews")
@@ -135,13 +157,22 @@ def test_an_aggregate_broker_killed_and_started_again_loses_nothing(backbone: Co
     direct = traffic(backbone, "aggregate", "direct")
     mirrored = traffic(backbone, "dc1", "clicks")
     victim = backbone.container("aggregate-broker-2")
+    console = backbone.console()
     with direct, mirrored:
         direct.wait_for_more(500)
         wait_mirrored(backbone, "clicks")
         victim.kill(signal="SIGKILL")
-        killed_at = direct.acked
-        direct.wait_for_more(killed_at + 1000)  # acks=all goes on with two of three replicas in sync
-        victim.start()
+        try:
+            killed_at = direct.acked
+            direct.wait_for_more(killed_at + 1000)  # acks=all goes on with two of three replicas in sync
+            wait_for(
+                lambda: console_sees_under_replicated(console, "aggregate", "direct"),
+                120,
+                "the console to show direct's under-replicated partitions",
+                2,
+            )
+        finally:
+            victim.start()
         backbone.wait_healthy("aggregate-broker-2")
         direct.wait_for_more(direct.acked + 500)
     assert_kept_in_source(backbone, "aggregate", direct)
@@ -152,16 +183,26 @@ def test_an_aggregate_broker_killed_and_started_again_loses_nothing(backbone: Co
 def test_dc1_cut_off_from_the_aggregate_keeps_writing_and_the_mirror_catches_up(
     backbone: ComposeTopology,
 ) -> None:
-    create_topic(backbone, "dc1", "searches")
-    sent = traffic(backbone, "dc1", "searches")
+    create_topic(backbone, "dc1", "lookups")  # (the generators write `searches`)
+    sent = traffic(backbone, "dc1", "lookups")
+    console = backbone.console()
     with sent:
         sent.wait_for_more(500)
-        wait_mirrored(backbone, "searches")
+        wait_mirrored(backbone, "lookups")
         backbone.disconnect("mirror-dc1", "aggregate")
         cut_at, cut_started = sent.acked, time.monotonic()
         try:
             # dc1 accepts writes all through the cut: a third of the cut's worth arrives well within it.
             sent.wait_for_more(cut_at + int(sent.rate * MIRROR_CUT_S / 3), timeout=MIRROR_CUT_S)
+            # The mirror commits only what the aggregate acknowledged: its lag grows, and the console says so.
+            lag: list[int] = []
+            wait_for(
+                lambda: mirror_lag(console, "dc1", lag) > 1000,
+                max(10.0, cut_started + MIRROR_CUT_S - time.monotonic() - 5),
+                "the console to report the cut-off mirror's lag",
+                2,
+            )
+            print(f"the console reports the dc1 mirror {lag[0]} records behind during the cut")
             time.sleep(max(0.0, cut_started + MIRROR_CUT_S - time.monotonic()))  # the cut lasts 60 s
             accepted_during_cut = sent.acked - cut_at
         finally:
@@ -169,7 +210,8 @@ def test_dc1_cut_off_from_the_aggregate_keeps_writing_and_the_mirror_catches_up(
         print(f"dc1 acknowledged {accepted_during_cut} records while cut off from the aggregate")
         sent.wait_for_more(sent.acked + 500)
     assert_kept_in_source(backbone, "dc1", sent)
-    assert_complete_in_aggregate(backbone, "searches", sent)
+    assert_complete_in_aggregate(backbone, "lookups", sent)
+    wait_for(lambda: mirror_lag(console, "dc1", []) < 1000, CATCH_UP_S, "the console to see the lag gone", 2)
 
 
 def test_an_isolated_dc1_broker_heals_without_loss_or_split_brain(backbone: ComposeTopology) -> None:
@@ -246,3 +288,31 @@ def test_the_whole_aggregate_restarted_keeps_its_data(backbone: ComposeTopology)
     assert before <= after
     assert_kept_in_source(backbone, "dc2", sent)
     assert_complete_in_aggregate(backbone, "signups", sent)
+
+
+def test_the_generators_tracking_events_reach_the_aggregate(backbone: ComposeTopology) -> None:
+    """The generators have produced all along (through every fault above); once stopped (they flush what
+    they sent), the audit report says the aggregate has every event the datacenters' counters counted.
+    (A generator audits into its own datacenter, which it alone is on: the baseline is dc1 + dc2.)"""
+    aggregate = backbone.bootstrap("aggregate")
+    generators = ["generator-dc1", "generator-dc2"]
+    assert not backbone.unhealthy(generators), "the generators ran until now"
+    backbone.compose("stop", "--timeout", "30", *generators)
+    for topic in ("page_views", "searches"):
+        report = generated_audit(aggregate, topic)
+        print(report.strip())
+        assert "100.000%" in report and "dc1=" in report and "dc2=" in report
+        print(f"aggregate {topic}: {records_in(aggregate, topic)} generated events")
+        assert records_in(aggregate, topic) > 0
+
+
+def generated_audit(aggregate: str, topic: str) -> str:
+    """The audit report of a generated topic once it says complete (against the datacenters' counters)."""
+    report = [""]
+
+    def audited() -> bool:
+        done, report[0] = audit_report(aggregate, topic, "--baseline-tier", "dc1,dc2")
+        return done
+
+    wait_for(audited, CATCH_UP_S, f"the audit report of {topic} to say complete", 3)
+    return report[0]
