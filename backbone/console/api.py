@@ -194,7 +194,7 @@ async def group(request: web.Request) -> web.Response:
     s = console.snapshot(request.match_info["cluster"])
     g = group_of(s, request.match_info["group"])
     chosen, since = history_range(request)
-    totals, per_partition = await asyncio.to_thread(_group_history, console, s.name, g.group_id, since)
+    totals, per_partition = await asyncio.to_thread(_group_history, console, g, s.name, since)
     return web.json_response(
         {
             **_group_summary(g),

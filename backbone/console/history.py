@@ -215,9 +215,9 @@ class HistoryStore:
     # -- reading --------------------------------------------------------------------------------------
 
     def group_lag_series(
-        self, cluster: str, group_id: str, since_ms: int
+        self, cluster: str, group_id: str, since_ms: int, topics: Iterable[str] | None = None
     ) -> dict[tuple[str, int], list[tuple[int, int]]]:
-        """{(topic, partition): [(ts_ms, lag), ...]} oldest first."""
+        """{(topic, partition): [(ts_ms, lag), ...]} oldest first (of `topics` only, when given)."""
         query = (
             select(
                 partition_lag.c.topic, partition_lag.c.partition, partition_lag.c.ts_ms, partition_lag.c.lag
@@ -227,6 +227,7 @@ class HistoryStore:
                 partition_lag.c.group_id == group_id,
                 partition_lag.c.ts_ms >= since_ms,
                 partition_lag.c.lag.is_not(None),
+                *([partition_lag.c.topic.in_(list(topics))] if topics is not None else []),
             )
             .order_by(partition_lag.c.ts_ms)
         )

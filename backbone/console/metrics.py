@@ -103,5 +103,9 @@ async def scrape(request: web.Request) -> web.Response:
     if registry is None:
         registry = console.registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(console))
-    body = generate_latest(registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # The text changes only when a sampler publishes: scrapes in between get the same bytes.
+    version = tuple((s.name, s.taken_ms, s.error) for s in console.snapshots())
+    cached = getattr(console, "metrics_cache", None)
+    if cached is None or cached[0] != version:
+        cached = console.metrics_cache = (version, generate_latest(registry))
+    return web.Response(body=cached[1], headers={"Content-Type": CONTENT_TYPE_LATEST})

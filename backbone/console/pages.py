@@ -222,9 +222,7 @@ async def group_page(request: web.Request) -> web.Response:
     snapshot = console.snapshot(request.match_info["cluster"])
     group = group_of(snapshot, request.match_info["group"])
     chosen, since = history_range(request)
-    totals, per_partition = await asyncio.to_thread(
-        _group_history, console, snapshot.name, group.group_id, since
-    )
+    totals, per_partition = await asyncio.to_thread(_group_history, console, group, snapshot.name, since)
     return render(
         request,
         "group.html",
@@ -238,10 +236,16 @@ async def group_page(request: web.Request) -> web.Response:
     )
 
 
-def _group_history(console: Any, cluster: str, group_id: str, since: int) -> tuple[list, list]:
-    totals = console.history.group_total_series(cluster, group_id, since)
-    series = console.history.group_lag_series(cluster, group_id, since)
-    per_partition = [(f"{t}/{p}", values) for (t, p), values in sorted(series.items())]
+CHARTED_PARTITIONS = 8  # the chart's colours; the table lists every partition
+
+
+def _group_history(console: Any, group: GroupState, cluster: str, since: int) -> tuple[list, list]:
+    """Total lag over time, and lag over time of the partitions lagging most now."""
+    totals = console.history.group_total_series(cluster, group.group_id, since)
+    worst = sorted(group.partitions, key=lambda p: -(p.lag or 0))[:CHARTED_PARTITIONS]
+    wanted = {(p.topic, p.partition) for p in worst}
+    series = console.history.group_lag_series(cluster, group.group_id, since, {t for t, _ in wanted})
+    per_partition = [(f"{t}/{p}", values) for (t, p), values in sorted(series.items()) if (t, p) in wanted]
     return [("total lag", [(ts, lag) for ts, lag, _ in totals])], per_partition
 
 

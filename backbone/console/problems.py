@@ -23,6 +23,14 @@ def _plural(count: int, word: str) -> str:
 
 
 def problems(snapshot: ClusterSnapshot) -> list[Problem]:
+    """The snapshot's problems, worked out once per snapshot (pages, the API and webhooks all ask)."""
+    found = snapshot.__dict__.get("_problems")
+    if found is None:
+        found = snapshot.__dict__["_problems"] = _problems(snapshot)
+    return found
+
+
+def _problems(snapshot: ClusterSnapshot) -> list[Problem]:
     name = snapshot.name
     base = f"/clusters/{quote(name)}"
     found: list[Problem] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -114,7 +115,7 @@ class ClusterSampler:
             if not unreachable:
                 log.exception("event=sample_error cluster=%s", self.settings.name)
             log.warning("event=sample_failed cluster=%s error=%s", self.settings.name, reason)
-            snapshot = ClusterSnapshot(**{**previous.__dict__})
+            snapshot = dataclasses.replace(previous)  # the last good sample, marked below
             snapshot.error = f"cannot be reached: {reason}" if unreachable else f"sampling failed: {reason}"
             snapshot.failing_since_ms = previous.failing_since_ms or _now_ms()
         self.snapshot = snapshot

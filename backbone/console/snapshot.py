@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from backbone.console.burrow import OK_VERDICT, Verdict
@@ -204,15 +205,15 @@ class ClusterSnapshot:
     def partitions(self) -> list[tuple[TopicState, PartitionState]]:
         return [(t, p) for t in self.topics.values() for p in t.partitions]
 
-    @property
+    @cached_property  # a snapshot never changes once published; pages ask often
     def under_replicated(self) -> int:
         return sum(t.under_replicated for t in self.topics.values())
 
-    @property
+    @cached_property  # a snapshot never changes once published; pages ask often
     def offline(self) -> int:
         return sum(t.offline for t in self.topics.values())
 
-    @property
+    @cached_property  # a snapshot never changes once published; pages ask often
     def under_min_isr(self) -> int:
         return sum(t.under_min_isr for t in self.topics.values())
 

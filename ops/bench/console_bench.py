@@ -106,7 +106,7 @@ def fill_history(store: HistoryStore, topics: int, partitions: int, groups: int)
 async def measure(args: argparse.Namespace, bootstraps: dict[str, str], directory: Path) -> tuple[list, dict]:
     config = parse(
         {
-            "sampling": {"interval": {"ms": 10_000}},
+            "sampling": {"interval": {"ms": 30_000}},
             "clusters": [
                 {
                     "name": n,
@@ -135,15 +135,20 @@ async def measure(args: argparse.Namespace, bootstraps: dict[str, str], director
     app.middlewares.insert(0, timed)
     async with TestClient(TestServer(app)) as client:
         samplers = client.app[STATE].samplers
-        deadline = time.monotonic() + 300
-        while not all(s.snapshot.taken_ms and not s.snapshot.error for s in samplers.values()):
+        deadline = time.monotonic() + 900
+
+        def complete(snapshot) -> bool:  # every part read, not just the cluster reached
+            return snapshot.taken_ms and not snapshot.error and not snapshot.notes and snapshot.groups
+
+        while not all(complete(s.snapshot) for s in samplers.values()):
             if time.monotonic() > deadline:
                 errors = [s.snapshot.error for s in samplers.values()]
                 raise SystemExit(f"the console did not sample every cluster: {errors}")
             await asyncio.sleep(0.2)
         for sampler in samplers.values():  # a second round: the first also connects to every broker
             sampler.wake()
-        while not all(s.rounds >= 2 for s in samplers.values()):
+        first = {name: s.rounds for name, s in samplers.items()}
+        while not all(s.rounds > first[name] for name, s in samplers.items()):
             await asyncio.sleep(0.2)
         rounds = {name: s.last_round_s for name, s in samplers.items()}
         page = await (await client.get("/login")).text()
