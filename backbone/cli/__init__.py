@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "audit",
     "schema_registry",
     "generate",
+    "health",
 )
 
 
