@@ -129,7 +129,7 @@ def load(data, warehouse: Path, **env: str) -> subprocess.Popen:
 
 
 def finished(process: subprocess.Popen, warehouse: Path) -> str:
-    assert process.wait(timeout=300) == 0, (warehouse.parent / "load.log").read_text()[-4000:]
+    assert process.wait(timeout=900) == 0, (warehouse.parent / "load.log").read_text()[-4000:]
     return (warehouse.parent / "load.log").read_text()
 
 
