@@ -1,0 +1,80 @@
+"""confluent-kafka (librdkafka) against a live Backbone cluster: admin, producer and consumer APIs."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import PARTITIONS, Cluster, wait_until
+
+pytestmark = pytest.mark.conformance
+
+TIMEOUT = 30
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: Cluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+def create(admin: AdminClient, name: str, partitions: int = PARTITIONS, **configs: str) -> None:
+    futures = admin.create_topics([NewTopic(name, partitions, 3, config=configs)], operation_timeout=TIMEOUT)
+    futures[name].result(TIMEOUT)
+
+
+def produce(cluster: Cluster, topic: str, count: int, **config: object) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, **config})
+    errors: list[KafkaError] = []
+    for i in range(count):
+        producer.produce(
+            topic, key=b"k%d" % i, value=b"v%d" % i, on_delivery=lambda e, _m: e and errors.append(e)
+        )
+    assert producer.flush(TIMEOUT) == 0
+    assert errors == []
+
+
+def test_list_topics_sees_every_broker_and_topic(cluster: Cluster, admin: AdminClient) -> None:
+    name = cluster.topic("listed")
+    create(admin, name)
+    metadata = admin.list_topics(timeout=TIMEOUT)
+    assert sorted(metadata.brokers) == [1, 2, 3]
+    assert sorted(metadata.topics[name].partitions) == list(range(PARTITIONS))
+
+
+def test_create_topics_answers_once_and_a_second_create_says_exists(
+    cluster: Cluster, admin: AdminClient
+) -> None:
+    name = cluster.topic("created")
+    create(admin, name, 2, **{"retention.ms": "60000"})
+    again = admin.create_topics([NewTopic(name, 2, 3)], operation_timeout=TIMEOUT)[name]
+    with pytest.raises(Exception) as raised:
+        again.result(TIMEOUT)
+    assert raised.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+
+
+def test_pattern_subscription_receives_records(cluster: Cluster, admin: AdminClient) -> None:
+    name = cluster.topic("dcpattern")
+    create(admin, name)
+    produce(cluster, name, 20)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": cluster.topic("pattern-group"),
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+    )
+    try:
+        consumer.subscribe([f"^{name[:9]}.*"])
+        received: list[bytes] = []
+
+        def all_received() -> bool:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None and message.topic() == name:
+                received.append(message.value())
+            return len(received) >= 20
+
+        wait_until(all_received, timeout=TIMEOUT, what="20 records through a pattern subscription")
+        assert sorted(received) == sorted(b"v%d" % i for i in range(20))
+    finally:
+        consumer.close()
