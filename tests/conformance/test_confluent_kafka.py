@@ -78,3 +78,29 @@ def test_pattern_subscription_receives_records(cluster: Cluster, admin: AdminCli
         assert sorted(received) == sorted(b"v%d" % i for i in range(20))
     finally:
         consumer.close()
+
+
+def test_keyless_records_to_a_compacted_topic_are_named_in_record_errors(
+    cluster: Cluster, admin: AdminClient
+) -> None:
+    # As librdkafka's test 0011: one batch, every tenth record without a key. Kafka fails the batch and
+    # names the keyless records (KIP-467); librdkafka fails those with INVALID_RECORD, the others with
+    # _INVALID_DIFFERENT_RECORD.
+    name = cluster.topic("compact-keyless")
+    create(admin, name, 1, **{"cleanup.policy": "compact"})
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "linger.ms": 200, "batch.num.messages": 1000}
+    )
+    outcomes: list[int] = []
+    for i in range(100):
+        key = None if i % 10 == 0 else b"k%d" % i
+        producer.produce(
+            name,
+            key=key,
+            value=b"v",
+            partition=0,
+            on_delivery=lambda e, _m: outcomes.append(e.code() if e else 0),
+        )
+    assert producer.flush(TIMEOUT) == 0
+    assert outcomes.count(KafkaError.INVALID_RECORD) == 10
+    assert outcomes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90

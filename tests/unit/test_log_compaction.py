@@ -282,9 +282,12 @@ def test_a_producers_last_batch_stays_even_when_emptied(make_log: LogFactory, cl
 
 def test_a_compacted_log_refuses_records_without_a_key(make_log: LogFactory) -> None:
     log = make_log(COMPACTED)
-    keyless = keyed_batch([(b"a", b"1"), (None, b"2")], Codec.LZ4)
-    with pytest.raises(InvalidRecordError, match="without key"):
+    keyless = keyed_batch([(b"a", b"1"), (None, b"2"), (b"b", b"3"), (None, b"4")], Codec.LZ4)
+    with pytest.raises(InvalidRecordError, match="without key") as raised:
         log.append(keyless)
+    # As Kafka: the batch fails whole, and names exactly its keyless records (KIP-467).
+    assert [index for index, _ in raised.value.record_errors] == [1, 3]
+    assert all("without key" in (message or "") for _, message in raised.value.record_errors)
     assert log.log_end_offset == 0
     validate_producer_records(keyless, LogConfig(), "plain-0")  # a deleting log takes it
     log.append(keyed_batch([(b"a", None)]))  # a tombstone has a key: fine
