@@ -474,3 +474,21 @@ def test_a_truncation_below_the_cleaned_part_makes_the_records_after_it_dirty(
     assert int(checkpoint.read_text().split()[-1]) > 3
     log.truncate_to(3)  # a follower whose leader's history diverged
     assert checkpoint.read_text().split()[-1] == "3"
+
+
+def test_a_clean_keeping_more_batches_than_one_writev_takes(
+    make_log: LogFactory, cleaner: LogCleaner
+) -> None:
+    # Thousands of small batches whose records all stay: the cleaned segment is written from more buffers
+    # than the kernel's IOV_MAX (1024) allows in one writev; every clean failed with EINVAL.
+    log = make_log({"cleanup.policy": "compact", "segment.bytes": "150000"})
+    entries = [(f"key-{i}".encode(), b"v") for i in range(1500)] + [(b"key-0", b"newer")]
+    for entry in entries:
+        log.append(keyed_batch([entry], Codec.GZIP))
+    roll(log)
+    before = contents(log)
+
+    assert cleaner.clean(log) is not None
+
+    assert contents(log) == [r for r in before if r[1] != b"key-0" or r[2] == b"newer"]
+    assert_valid_batches(log)
