@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import PARTITIONS, Cluster, wait_until
 
@@ -104,3 +104,13 @@ def test_keyless_records_to_a_compacted_topic_are_named_in_record_errors(
     assert producer.flush(TIMEOUT) == 0
     assert outcomes.count(KafkaError.INVALID_RECORD) == 10
     assert outcomes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90
+
+
+def test_init_transactions_fails_at_once_with_an_error_saying_why(cluster: Cluster) -> None:
+    # Transactions are left out: the client must get a fatal, non-retriable error, not retry until timeout.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": cluster.topic("txn")})
+    with pytest.raises(KafkaException) as raised:
+        producer.init_transactions(60)
+    error = raised.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert not error.retriable()
