@@ -14,6 +14,8 @@ from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
 from backbone.protocol.codec import decode_response, request_type
 from backbone.protocol.entities import entity_of
 from backbone.protocol.headers import decode_response_header, encode_request_header, response_header_version
+from backbone.protocol.records import RecordBatchBuilder
+from tests.helpers.requests import latest_offset_request, metadata_request, produce_request
 from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.integration
@@ -135,3 +137,25 @@ def test_every_served_version_answers_a_request_of_defaults(broker, case) -> Non
     with RawConnection(broker.bootstrap) as connection:
         answer = connection.request(entity_of(request_type(api_key, version), values))
     assert int(answer.__version__) == version
+
+
+def test_max_timestamp_names_the_record_not_its_batch(broker, wait_for) -> None:
+    # ListOffsets MAX_TIMESTAMP (-3, KIP-734) answers the offset of the record with the largest timestamp,
+    # also inside a batch (KAFKA-16310), not the batch's last offset.
+    topic = "max-timestamp"
+    builder = RecordBatchBuilder()
+    for i, timestamp in enumerate([1_000, 1_010, 9_000, 1_020, 1_030]):
+        builder.append(b"k", b"v%d" % i, timestamp=timestamp)
+    with RawConnection(broker.bootstrap) as connection:
+        connection.request(metadata_request(topic))  # auto-creates it
+        wait_for(
+            lambda: (
+                connection.request(produce_request(topic, 0, builder.build()))
+                .responses[0]
+                .partition_responses[0]
+                .error_code
+                == ErrorCode.none
+            )
+        )
+        answer = connection.request(latest_offset_request(topic, 0, timestamp=-3)).topics[0].partitions[0]
+    assert (answer.offset, answer.timestamp) == (2, 9_000)
