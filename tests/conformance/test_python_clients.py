@@ -128,6 +128,9 @@ def test_kafka_python_offsets_and_records(cluster: Cluster, kp_admin: KafkaAdmin
         consumer.close()
 
 
+@pytest.mark.left_out(
+    "transactions: init_transactions fails at once with TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+)
 def test_kafka_python_init_transactions_fails_at_once(cluster: Cluster) -> None:
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=cluster.topic("kp-txn"))
     try:
@@ -199,6 +202,7 @@ async def test_aiokafka_idempotent_producer_group_consumer_and_offsets(cluster: 
         await admin.close()
 
 
+@pytest.mark.left_out("transactions: start() fails at once with TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
 async def test_aiokafka_transactional_producer_fails_to_start_at_once(cluster: Cluster) -> None:
     txn = cluster.topic("aio-txn")
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=txn)
