@@ -14,21 +14,16 @@ from __future__ import annotations
 import json
 import os
 import platform
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from importlib.metadata import version
 
 import pytest
 
 from backbone.coordination import ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
+from tests.conformance.support import BROKERS, PARTITIONS, Cluster, wait_until
 from tests.helpers.requests import metadata_request
 from tests.helpers.wire import RawConnection
-
-BROKERS = 3
-PARTITIONS = 4
 
 # Which client a test drives, by the start of its module or test name.
 CLIENTS = {
@@ -109,31 +104,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         with open(os.path.join(directory, f"{name}.json"), "w", encoding="utf-8") as out:
             json.dump(result, out, indent=2)
             out.write("\n")
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:
-    """Poll `condition` until it returns something truthy (returned); fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or condition}")
-        time.sleep(0.05)
-
-
-@dataclass
-class Cluster:
-    brokers: list[BrokerProcess]
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers)
-
-    def topic(self, prefix: str) -> str:
-        """A topic name no other test uses."""
-        return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import PARTITIONS, Cluster, wait_until
+
+from tests.conformance.support import PARTITIONS, Cluster, wait_until
 
 pytestmark = pytest.mark.conformance
 

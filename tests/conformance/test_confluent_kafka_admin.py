@@ -25,7 +25,8 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
-from conftest import PARTITIONS, Cluster, wait_until
+
+from tests.conformance.support import PARTITIONS, Cluster, wait_until
 
 pytestmark = pytest.mark.conformance
 

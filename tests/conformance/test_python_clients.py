@@ -14,11 +14,12 @@ from aiokafka.admin import NewTopic as AioNewTopic
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from conftest import PARTITIONS, Cluster
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
 from kafka.structs import OffsetAndMetadata
+
+from tests.conformance.support import PARTITIONS, Cluster
 
 pytestmark = pytest.mark.conformance
 
