@@ -70,6 +70,7 @@ class _Route:
 @dataclass
 class _PartitionProgress:
     acknowledged: int | None = None  # next source offset to commit: everything before it is in the target
+    resumed_from: int | None = None  # where copying started: the committed offset, else the log start
     committed: int | None = None
     newest_timestamp: int | None = None
     stopped_reason: str | None = None
@@ -388,6 +389,25 @@ class Mirror(ConsumerRebalanceListener):
             "event=mirror_assigned partitions=%s",
             ",".join(f"{t.topic}-{t.partition}" for t in sorted(assigned)),
         )
+        if assigned:
+            await self._note_resume_points(assigned)
+
+    async def _note_resume_points(self, assigned: set[TopicPartition]) -> None:
+        """Where each partition's copy resumes (committed offset, else the log start, as
+        auto.offset.reset=earliest does), so its lag is known before the first acknowledgement."""
+        try:
+            committed = await self.consumer.committed(assigned)
+            fresh = {tp: "earliest" for tp in assigned if committed.get(tp) is None}
+            starts = await self.source_admin.list_offsets(fresh) if fresh else {}
+        except (KafkaError, KafkaClientError) as error:  # lag stays unknown until the first acknowledgement
+            log.warning("event=mirror_resume_points_unknown error=%r", str(error))
+            return
+        for tp in assigned:
+            progress = self._stats.of(tp)
+            if committed.get(tp) is not None:
+                progress.resumed_from = progress.committed = committed[tp].offset
+            elif tp in starts:
+                progress.resumed_from = starts[tp].offset
 
     def _drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
@@ -404,23 +424,19 @@ class Mirror(ConsumerRebalanceListener):
     # -- reporting ---------------------------------------------------------------------------------
 
     def _update_lag(self) -> None:
-        for tp in self.consumer.assignment():
-            high = self.consumer.highwater(tp)
-            progress = self._stats.of(tp)
-            if high is None or progress.acknowledged is None:
-                continue
-            self.metrics.lag(
-                tp.topic, tp.partition, max(0, high - progress.acknowledged), progress.newest_timestamp
-            )
+        for tp, records in self.lag().items():
+            self.metrics.lag(tp.topic, tp.partition, records, self._stats.of(tp).newest_timestamp)
 
     def lag(self) -> dict[TopicPartition, int]:
-        """Records still to copy, per assigned partition whose high watermark is known."""
+        """Records still to copy, per assigned partition whose high watermark and position are known: the
+        position is what the target acknowledged, or where the copy resumed until it acknowledges."""
         found = {}
         for tp in self.consumer.assignment():
             high = self.consumer.highwater(tp)
-            acknowledged = self._stats.of(tp).acknowledged
-            if high is not None:
-                found[tp] = max(0, high - (acknowledged or 0))
+            progress = self._stats.of(tp)
+            position = progress.resumed_from if progress.acknowledged is None else progress.acknowledged
+            if high is not None and position is not None:
+                found[tp] = max(0, high - position)
         return found
 
     def _report_progress(self) -> None:
