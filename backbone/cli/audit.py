@@ -4,8 +4,10 @@
     backbone audit count --bootstrap-server AGGREGATE --tier aggregate
     backbone audit report --bootstrap-server AGGREGATE [--topic T] [--since 2h] [--json]
 
-`count` runs until stopped (SIGTERM/Ctrl-C). `report` exits 0 when the aggregate holds every record the
-baseline tiers (the audited producers by default) counted, 1 when some are missing (naming the buckets).
+`count` runs until stopped (SIGTERM/Ctrl-C), publishing every --interval-ms. `report` exits 0 when the
+aggregate holds every record the baseline tiers (the audited producers by default) counted, 1 when some are
+missing (naming the buckets), 2 for a usage error, and 3 when it cannot judge: a bucket no baseline tier
+counted, a baseline tier that published nothing, or no counts at all.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from backbone.cli.connect import (
 )
 
 _DEFAULT_TOPIC = "__audit"  # backbone.client.audit.DEFAULT_TOPIC (not imported: the client loads slowly)
+CANNOT_JUDGE = 3  # exit status of a report without baseline counts to judge by
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -153,4 +156,4 @@ def _report(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(report), indent=2))
     else:
         sys.stdout.write(render_text(report))
-    return 0 if report.complete else 1
+    return {"complete": 0, "incomplete": 1}.get(report.verdict, CANNOT_JUDGE)
