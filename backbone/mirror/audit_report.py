@@ -130,6 +130,8 @@ def summarize(
             continue
         seen.add((message.process, message.sequence))
         reported.add(message.tier)
+        if not message.topic:
+            continue  # a tier announcing that it counts: no records
         if wanted is not None and message.topic not in wanted:
             continue
         if since_ms is not None and message.bucket_start_ms + message.bucket_ms <= since_ms:
