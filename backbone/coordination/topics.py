@@ -231,6 +231,7 @@ class TopicOps(BrokerOps):
             transaction.set_data(config_path, encode_config(config))
         else:
             transaction.create(config_path, encode_config(config))
+        check_request_size(transaction, f"creating topic '{topic}' with {created.partition_count} partitions")
         failure = transaction_failure(transaction.commit())
         if failure is None:
             return
@@ -285,6 +286,7 @@ class TopicOps(BrokerOps):
             transaction.set_data(paths.topic_path(topic), merged.encode(), version=version)
             live = set(self.broker_ids())
             self._add_partition_nodes(transaction, topic, new, live, epoch.epoch if epoch else 0)
+            check_request_size(transaction, f"growing topic '{topic}' to {total} partitions")
             failure = transaction_failure(transaction.commit())
             if failure is None:
                 log.info("partitions added topic=%s from=%d to=%d", topic, current.partition_count, total)
@@ -477,3 +479,24 @@ class TopicOps(BrokerOps):
     def watch_isr_change_notifications(self, callback: Callable[[list[str]], None]) -> Watch:
         """Call `callback(pending notification names)` now and whenever one is added or removed."""
         return self._watch_children(paths.ISR_CHANGE_NOTIFICATION, callback, "ISR change notifications")
+
+
+# ZooKeeper refuses (and drops the session of) any request over jute.maxbuffer, 1 MiB unless the server was
+# configured otherwise; a topic's creation is one transaction holding every partition's nodes.
+JUTE_MAX_BUFFER = 0xFFFFF
+_OPERATION_OVERHEAD = 64  # bytes per operation besides its path and data: header, ACL, flags
+
+
+def check_request_size(transaction: TransactionRequest, what: str) -> None:
+    """Refuse a transaction ZooKeeper would refuse, before sending it (InvalidPartitionsError)."""
+    operations = transaction.operations
+    size = sum(
+        len(op.path) + len(getattr(op, "data", None) or b"") + _OPERATION_OVERHEAD for op in operations
+    )
+    if size <= JUTE_MAX_BUFFER:
+        return
+    raise InvalidPartitionsError(
+        f"{what} needs a ZooKeeper request of about {size / 1_048_576:.1f} MiB, over ZooKeeper's "
+        f"jute.maxbuffer limit ({JUTE_MAX_BUFFER} bytes); use fewer partitions (each costs about "
+        f"{size // max(1, len(operations) // 2)} bytes), or several topics"
+    )
