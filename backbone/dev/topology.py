@@ -48,6 +48,14 @@ class PortPlan:
         self.preferred = preferred
         self.taken: set[int] = set()
 
+    def any(self) -> int:
+        """A free port not handed out yet."""
+        port = find_free_port(HOST)
+        while port in self.taken:
+            port = find_free_port(HOST)
+        self.taken.add(port)
+        return port
+
     def pick(self, wanted: int) -> int:
         usable = self.preferred and wanted not in self.taken and port_is_free(HOST, wanted)
         port = wanted if usable else find_free_port(HOST)
@@ -241,12 +249,13 @@ def _start_cluster(
     for broker_number in range(brokers):
         broker_id = broker_number + 1
         port = ports.pick(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number)
+        metrics_port = ports.any()
         process = BrokerProcess(
             broker_id,
             connect,
             directory / name / f"broker-{broker_id}",
             port=port,
-            properties={"cluster.name": name, **cluster_defaults(brokers)},
+            properties={"cluster.name": name, "metrics.port": metrics_port, **cluster_defaults(brokers)},
         )
         progress(f"starting {name} broker {broker_id} on {process.bootstrap}")
         started.append(process)
@@ -256,6 +265,7 @@ def _start_cluster(
                 "id": broker_id,
                 "host": HOST,
                 "port": port,
+                "metrics_port": metrics_port,
                 "pid": process.pid,
                 "start": process.command,
                 "marker": str(process.config_file),
@@ -351,7 +361,8 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
         for broker in cluster["brokers"]:
             rows.append(
                 (
-                    f"{name} broker {broker['id']} {broker['host']}:{broker['port']}",
+                    f"{name} broker {broker['id']} {broker['host']}:{broker['port']} "
+                    f"metrics {broker['host']}:{broker.get('metrics_port', '-')}",
                     broker["pid"],
                     process_alive(broker["pid"], broker["marker"]),
                 )
