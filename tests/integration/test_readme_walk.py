@@ -75,11 +75,24 @@ def test_the_readme_walk_works_in_order_with_the_usual_ports_taken(tmp_path: Pat
     backbone = [sys.executable, "-m", "backbone"]
     try:
         with usual_ports_taken():
-            up = subprocess.run(
-                [*backbone, "dev", "up", "--brokers", "1"], cwd=checkout, capture_output=True, text=True,
-                timeout=300, check=False, env=env,
-            )  # fmt: skip
-        assert up.returncode == 0, up.stderr
+            # Two at once, as two `ops/start` typed in two terminals: the second waits for the first.
+            both = [
+                subprocess.Popen(
+                    [*backbone, "dev", "up", "--brokers", "1"],
+                    cwd=checkout,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+                for _ in range(2)
+            ]
+            outputs = [process.communicate(timeout=300) for process in both]
+        assert [process.returncode for process in both] == [0, 0], outputs
+        waited = [i for i, (out, _) in enumerate(outputs) if "nothing was started" in out]
+        assert len(waited) == 1, outputs
+        assert "another `backbone dev up`" in outputs[waited[0]][0]
+        up = subprocess.CompletedProcess([], 0, *outputs[1 - waited[0]])
         assert "*** The usual ports were busy" in up.stderr
         topology = json.loads((checkout / "var/dev/topology.json").read_text())
         dc1 = topology["clusters"]["dc1"]["bootstrap"]
