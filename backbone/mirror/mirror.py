@@ -431,12 +431,11 @@ class Mirror(ConsumerRebalanceListener):
         )
         for tp in partitions:
             self._isolating.pop(tp, None)
-            self._stats.partitions[tp] = _PartitionProgress()
-            if tp in starts:
-                start = starts[tp].offset
+            start = starts[tp].offset if tp in starts else None
+            # The new start is committed at once, so a restart does not resume from the old topic's offsets.
+            self._stats.partitions[tp] = _PartitionProgress(acknowledged=start, resumed_from=start)
+            if start is not None:
                 self.consumer.seek(tp, start)
-                # Committed at once, so a restart does not resume from the old topic's offsets.
-                self._stats.partitions[tp] = _PartitionProgress(acknowledged=start, resumed_from=start)
             self.consumer.resume(tp)
 
     # -- offsets and rebalances ----------------------------------------------------------------------
