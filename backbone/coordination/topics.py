@@ -188,6 +188,8 @@ class TopicOps(BrokerOps):
         first live replica as leader and the live replicas as ISR; the controller takes it from there.
         """
         config = validate_config_values(configs or {})
+        if partitions is not None:  # refused at once when even the smallest nodes could not fit
+            check_partition_count(partitions, f"creating topic '{topic}' with {partitions} partitions")
         self._check_name_is_free(topic)
         placements = self._placements()
         live = {p.broker_id for p in placements}
@@ -271,6 +273,9 @@ class TopicOps(BrokerOps):
             current, version = self._read_topic(topic)
             if self._exists(paths.delete_topic_path(topic)) is not None:
                 raise InvalidTopicExceptionError(f"Topic '{topic}' is queued for deletion.")
+            check_partition_count(
+                total - current.partition_count, f"growing topic '{topic}' to {total} partitions"
+            )
             new = self._plan_new_partitions(current, total, assignment)
             merged = TopicAssignment(
                 topic,
@@ -485,6 +490,17 @@ class TopicOps(BrokerOps):
 # configured otherwise; a topic's creation is one transaction holding every partition's nodes.
 JUTE_MAX_BUFFER = 0xFFFFF
 _OPERATION_OVERHEAD = 64  # bytes per operation besides its path and data: header, ACL, flags
+
+
+def check_partition_count(partitions: int, what: str) -> None:
+    """Refuse, before any work, a partition count whose nodes (two each) cannot fit in one request."""
+    least = partitions * 2 * _OPERATION_OVERHEAD
+    if least > JUTE_MAX_BUFFER:
+        raise InvalidPartitionsError(
+            f"{what} needs a ZooKeeper request of more than {least / 1_048_576:.1f} MiB, over ZooKeeper's "
+            f"jute.maxbuffer limit ({JUTE_MAX_BUFFER} bytes); use fewer partitions (at most a few thousand "
+            "per topic), or several topics"
+        )
 
 
 def check_request_size(transaction: TransactionRequest, what: str) -> None:
