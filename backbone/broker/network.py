@@ -18,6 +18,7 @@ import asyncio
 import collections
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,8 @@ class RequestContext:
     frame: memoryview
     body_offset: int
     connection: Connection
+    remote_wait_s: float = 0.0
+    """Time the handler spent waiting for other brokers or for data (acks=all, a long-polled fetch)."""
 
     @property
     def api_version(self) -> int:
@@ -94,7 +97,7 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.api_table = listener.api_table
         self.decoder = FrameDecoder(listener.max_request_bytes)
-        self.queue: collections.deque[memoryview] = collections.deque()
+        self.queue: collections.deque[tuple[memoryview, float]] = collections.deque()  # frame, arrival
         self.queued_bytes = 0
         self.ready = asyncio.Event()
         self.transport: asyncio.Transport | None = None
@@ -132,7 +135,8 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         if frames:
-            self.queue.extend(frames)
+            arrived = time.monotonic()
+            self.queue.extend([(frame, arrived) for frame in frames])
             self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
             if self._queue_full() and not self._reading_paused:
@@ -173,20 +177,20 @@ class Connection(asyncio.BufferedProtocol):
                     self.ready.clear()
                     await self.ready.wait()
                     continue
-                frame = self.queue.popleft()
+                frame, arrived = self.queue.popleft()
                 self.queued_bytes -= frame.nbytes
                 if self._reading_paused and not self._queue_full():
                     self._reading_paused = False
                     assert self.transport is not None
                     self.transport.resume_reading()
-                await self._handle(frame)
+                await self._handle(frame, arrived)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("event=connection_failed listener=%s peer=%s", self.listener.name, self.peer)
             self.close()
 
-    async def _handle(self, frame: memoryview) -> None:
+    async def _handle(self, frame: memoryview, arrived: float) -> None:
         try:
             header, body_offset = decode_request_header(frame)
         except KafkaError as exc:
@@ -208,6 +212,7 @@ class Connection(asyncio.BufferedProtocol):
             await self._refuse(header, frame, "unsupported API key", ErrorCode.unsupported_version)
             return
         context = RequestContext(header, frame, body_offset, self)
+        started = time.monotonic()
         try:
             result = await handler(context)
         except KafkaError as exc:
@@ -223,12 +228,17 @@ class Connection(asyncio.BufferedProtocol):
             )
             await self._refuse(header, frame, f"unexpected error: {exc!r}", ErrorCode.unknown_server_error)
             return
-        if result is None:
-            return
-        if isinstance(result, list):
-            await self.send_chunks(header, result)
-        else:
-            await self.send_entity(header, result)
+        ready = time.monotonic()
+        if result is not None:
+            if isinstance(result, list):
+                await self.send_chunks(header, result)
+            else:
+                await self.send_entity(header, result)
+        metrics = self.listener.metrics
+        if metrics is not None:
+            metrics.request_done(
+                header.api_key, header.api_version, arrived, started, ready, context.remote_wait_s
+            )
 
     async def _refuse(
         self, header: RequestHeader | None, frame: memoryview, reason: str, code: ErrorCode | None = None
@@ -245,6 +255,8 @@ class Connection(asyncio.BufferedProtocol):
             if header
             else "header=unreadable"
         )
+        if header is not None and self.listener.metrics is not None:
+            self.listener.metrics.request_failed(header.api_key, header.api_version)
         log.warning(
             "event=request_rejected listener=%s peer=%s %s reason=%r answer=%s size=%d head=%s",
             self.listener.name,
@@ -311,6 +323,7 @@ class Listener:
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
         self.authenticator_factory: Callable[[], PassThroughAuthenticator] = PassThroughAuthenticator
+        self.metrics: Any = None  # the broker's BrokerMetrics when metrics.port is set
 
     def ssl_context(self) -> ssl.SSLContext | None:
         # SSL listeners will build their context here from ssl.* properties.

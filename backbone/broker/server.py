@@ -22,6 +22,7 @@ from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
 from backbone.broker.liveness import Liveness
 from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
+from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
@@ -107,6 +108,7 @@ class Broker(MetadataListener):
         # Set when the broker must stop on its own (its ZooKeeper holds another cluster); `failure` says why.
         self.failed = asyncio.Event()
         self.failure: Exception | None = None
+        self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config["metrics.port"] else None
         register_all(self)
 
     async def _write_partition_state(
@@ -133,7 +135,10 @@ class Broker(MetadataListener):
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
             )
             await listener.start()
+            listener.metrics = self.metrics
             self.listeners.append(listener)
+        if self.metrics is not None:
+            self.metrics.serve(self.config["metrics.port"], self.config.listeners[0].host)
         self.sync = MetadataSync(self.store, self.cache, loop)
         # The group coordination follows offsets-partition leadership once the replica manager has applied it.
         self.sync.listeners = [self, self.replicas, self.controller, self.group_coordination]
@@ -406,7 +411,10 @@ class Broker(MetadataListener):
         await asyncio.to_thread(self.log_manager.run_cleaner)
 
     async def _flush(self) -> None:
+        started = time.monotonic()
         await asyncio.to_thread(self.log_manager.run_flush)
+        if self.metrics is not None:
+            self.metrics.log_flush.observe(time.monotonic() - started)
 
     async def _check_isr_lag(self) -> None:
         self.replicas.check_isr_lag()

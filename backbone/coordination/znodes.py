@@ -75,6 +75,13 @@ def fields_of(what: str, data: bytes | None) -> Iterator[None]:
         raise CoordinationError(f"{what} has a missing or malformed field ({error!r}): {data!r}") from error
 
 
+def kafka_uuid_bytes(text: str | None) -> uuid.UUID | None:
+    """A topic id in Kafka's text form as the UUID the wire carries (None stays None)."""
+    if text is None:
+        return None
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
 def new_kafka_uuid() -> str:
     """A random id in Kafka's Uuid text form: 16 bytes, URL-safe base64 without padding (22 chars).
 

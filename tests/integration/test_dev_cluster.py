@@ -114,8 +114,14 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         assert Path(mirror["output"]).is_relative_to(dev_dir.resolve())
         with urllib.request.urlopen(f"http://127.0.0.1:{mirror['metrics_port']}/metrics", timeout=10) as page:
             assert page.status == 200
+    for cluster in clusters.values():  # every broker serves its Prometheus metrics on its own port
+        (broker,) = cluster["brokers"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker['metrics_port']}/metrics", timeout=10) as page:
+            assert b"backbone_broker_leader_partitions" in page.read()
+    assert [a["tier"] for a in topology["auditors"]] == ["dc1", "dc2", "aggregate"]
     status = backbone("dev", "status", "--dir", str(dev_dir))
-    assert status.returncode == 0 and status.stdout.count("running") == 6  # 3 brokers, 2 mirrors, ZooKeeper
+    # 3 brokers, 2 mirrors, 3 audit counters, ZooKeeper
+    assert status.returncode == 0 and status.stdout.count("running") == 9, status.stdout
 
     # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
     # where it came from.
@@ -139,9 +145,10 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
     assert restarted["pid"] != victim["pid"] and process_alive(restarted["pid"], restarted["marker"])
 
     stopped = backbone("dev", "down", "--dir", str(dev_dir))
-    assert stopped.returncode == 0 and "stopped 6 process(es)" in stopped.stdout
+    assert stopped.returncode == 0 and "stopped 9 process(es)" in stopped.stdout
     lines = stopped.stdout.splitlines()
-    assert lines[0].startswith("stopping mirror") and lines[1].startswith("stopping mirror"), "mirrors first"
+    assert all(line.startswith("stopping audit count") for line in lines[:3]), "counters first"
+    assert lines[3].startswith("stopping mirror") and lines[4].startswith("stopping mirror"), "then mirrors"
     final = json.loads((dev_dir / "topology.json").read_text())
     assert all(m["pid"] is None for m in final["mirrors"])
     assert not process_alive(restarted["pid"], restarted["marker"])

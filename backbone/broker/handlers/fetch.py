@@ -38,7 +38,11 @@ def register(broker: Broker) -> None:
             if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
             # Nothing (or too little) yet: sleep until an append to one of these partitions, or the deadline.
+            waited = time.monotonic()
             await _wait_for_append(idle, remaining)
+            context.remote_wait_s += time.monotonic() - waited
+        if broker.metrics is not None and total:
+            broker.metrics.sent(topics)
         return encode_fetch_response(context.api_version, topics, session_id=0)
 
     broker.api_table.register(ApiKey.FETCH, handle)

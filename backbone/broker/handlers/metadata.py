@@ -17,6 +17,7 @@ from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import RequestContext
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.coordination import paths
+from backbone.coordination.znodes import kafka_uuid_bytes
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import InvalidTopicExceptionError, KafkaError, TopicAlreadyExistsError
@@ -160,7 +161,7 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
         module.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=name,
-        topic_id=None,
+        topic_id=kafka_uuid_bytes(assignment.topic_id),
         is_internal=name.startswith("__"),
         partitions=tuple(partitions),
         topic_authorized_operations=NOT_REQUESTED,
