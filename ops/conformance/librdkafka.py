@@ -1,0 +1,277 @@
+"""librdkafka's own integration tests against a live 3-broker Backbone cluster.
+
+    ops/conformance/run librdkafka [--quick] [--tests 0001,0002] [--result docs/conformance/librdkafka.json]
+
+The source is librdkafka's release tarball as vendored by the `rdkafka-sys` crate on crates.io, pinned in
+ops/conformance/librdkafka-source (Cargo.toml and Cargo.lock). It is built once per version under the cache
+directory ($BACKBONE_CACHE_DIR, default ~/.cache/backbone) with Debian's -dev packages, and reused by every
+later run. Each run starts its own cluster on free loopback ports for each test scenario the suite knows
+(`default`: topics auto-created with 4 partitions; `noautocreate`), runs librdkafka's test-runner on it, and
+writes the figures as JSON: passed, failed, skipped, and the tests left out (left_out.toml) with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ops.conformance.cluster import SUITE_PROPERTIES, running_cluster
+
+log = logging.getLogger("conformance.librdkafka")
+
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parent.parent
+SOURCE_MANIFEST = HERE / "librdkafka-source" / "Cargo.toml"
+SOURCE_CRATE = "rdkafka-sys"
+VERSION = "2.12.1"
+LEFT_OUT_FILE = HERE / "librdkafka_left_out.toml"
+# kafka-topics.sh, run by some tests from $KAFKA_PATH/bin, stands in for Kafka's with our CLI.
+KAFKA_PATH = HERE / "kafka"
+# The Kafka release whose API versions ours match most closely (Metadata 12, ListOffsets 7, Fetch 12);
+# tests needing a newer broker skip themselves, and kafka-topics.sh gets --bootstrap-server (3.0 on).
+BROKER_VERSION = "3.0.0"
+SCENARIOS = {
+    "default": SUITE_PROPERTIES,
+    "noautocreate": {**SUITE_PROPERTIES, "auto.create.topics.enable": "false"},
+}
+# The quick subset run by the test suite: producing (batches, acks, compression, headers, idempotence),
+# consuming (offsets, seeks, lag, timestamps), groups (balanced, regex and cooperative), admin.
+QUICK_TESTS = ("0001", "0012", "0013", "0017", "0019", "0031", "0034", "0050", "0054", "0073", "0081")
+TIMEOUT_MULTIPLIER = 2.0
+# One line of the runner's summary table: | NAME | STATE | 1.234s | reason
+SUMMARY_LINE = re.compile(r"^\|\s*(\d{4}\w*)\s*\|\s*([A-Z_]+)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
+# How the runner skips the tests that need no broker (-L); they are not counted.
+LOCAL_ONLY = "Filtered due to negative test flags"
+ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BACKBONE_CACHE_DIR", Path.home() / ".cache" / "backbone")).expanduser()
+
+
+# -- source and build -----------------------------------------------------------------------------------
+
+
+def crate_source_dir() -> Path:
+    """The pinned crate's unpacked source, downloaded by cargo from crates.io when not there yet."""
+    if shutil.which("cargo") is None:
+        raise SystemExit("cargo is missing: run ops/setup (it installs Debian's cargo)")
+    output = subprocess.run(
+        ["cargo", "metadata", "--locked", "--format-version", "1", "--manifest-path", str(SOURCE_MANIFEST)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for package in json.loads(output)["packages"]:
+        if package["name"] == SOURCE_CRATE:
+            if not package["version"].endswith(f"+{VERSION}"):
+                raise SystemExit(f"{SOURCE_CRATE} {package['version']} does not vendor librdkafka {VERSION}")
+            return Path(package["manifest_path"]).parent / "librdkafka"
+    raise SystemExit(f"{SOURCE_CRATE} is not in {SOURCE_MANIFEST}'s dependencies")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One build at a time per cache directory (a pytest run and a manual run may start together)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build() -> Path:
+    """librdkafka's tests directory with test-runner built, from the cache when built before."""
+    home = cache_root() / f"librdkafka-{VERSION}"
+    tree = home / "librdkafka"
+    stamp = home / "built"
+    with _locked(home / "build.lock"):
+        if stamp.exists():
+            return tree / "tests"
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(crate_source_dir(), tree)
+        jobs = str(os.cpu_count() or 1)
+        build_log = home / "build.log"
+        started = time.monotonic()
+        with open(build_log, "w") as out:
+            for step in (
+                ["./configure", "--no-download", "--disable-curl"],
+                ["make", f"-j{jobs}", "libs"],
+                ["make", f"-j{jobs}", "-C", "tests", "build"],
+            ):
+                print(f"librdkafka: {' '.join(step)}", flush=True)
+                if subprocess.run(step, cwd=tree, stdout=out, stderr=subprocess.STDOUT).returncode:
+                    raise SystemExit(f"librdkafka build step {step} failed; see {build_log}")
+        stamp.write_text(f"{time.monotonic() - started:.0f} s\n")
+        return tree / "tests"
+
+
+# -- running --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    name: str
+    state: str  # PASSED, FAILED, SKIPPED
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class Run:
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def count(self, state: str) -> int:
+        return sum(1 for outcome in self.outcomes.values() if outcome.state == state)
+
+
+def left_out() -> dict[str, str]:
+    """Test number -> why it is not run (a feature Backbone leaves out)."""
+    with open(LEFT_OUT_FILE, "rb") as f:
+        return {number: entry["reason"] for number, entry in tomllib.load(f).items()}
+
+
+def parse_summary(output: str) -> dict[str, Outcome]:
+    outcomes = {}
+    for line in ANSI.sub("", output).splitlines():
+        match = SUMMARY_LINE.match(line.strip())
+        if match:
+            name, state, seconds, reason = match.groups()
+            outcomes[name] = Outcome(name, state, float(seconds), reason.strip())
+    return outcomes
+
+
+def run_scenario(
+    tests_dir: Path, scenario: str, work: Path, tests: str | None, skip: list[str], parallel: int
+) -> dict[str, Outcome]:
+    """One cluster configured for `scenario`, the runner over it; the outcome of every test it knew."""
+    with running_cluster(work / f"cluster-{scenario}", SCENARIOS[scenario]) as cluster:
+        conf = work / f"test-{scenario}.conf"
+        conf.write_text(
+            f"bootstrap.servers={cluster.bootstrap}\ntest.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
+        )
+        env = {
+            **os.environ,
+            "RDKAFKA_TEST_CONF": str(conf),
+            "TEST_KAFKA_VERSION": BROKER_VERSION,
+            "TEST_SCENARIO": scenario,
+            "KAFKA_PATH": str(KAFKA_PATH),
+            "BROKERS": cluster.bootstrap,
+            "BACKBONE_PYTHON": sys.executable,
+            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
+        }
+        if tests:
+            env["TESTS"] = tests
+        if skip:
+            env["TESTS_SKIP"] = ",".join(skip)
+        output_file = work / f"runner-{scenario}.out"
+        # -L: not the tests of librdkafka alone (its unit tests and mock clusters: no broker).
+        command = [str(tests_dir / "test-runner"), "-L", f"-p{parallel}"]
+        print(f"librdkafka: scenario {scenario} on {cluster.bootstrap}, output in {output_file}", flush=True)
+        with open(output_file, "w") as out:
+            subprocess.run(command, cwd=tests_dir, env=env, stdout=out, stderr=subprocess.STDOUT)
+        outcomes = {
+            name: outcome
+            for name, outcome in parse_summary(output_file.read_text(errors="replace")).items()
+            if not outcome.reason.startswith(LOCAL_ONLY)
+        }
+        dead = cluster.dead_brokers()
+        if dead:
+            log.error("event=brokers_died scenario=%s brokers=%s", scenario, dead)
+        return outcomes
+
+
+def run_suite(tests: str | None, parallel: int, work: Path) -> Run:
+    tests_dir = build()
+    skipped = left_out()
+    run = Run()
+    started = time.monotonic()
+    for scenario in SCENARIOS:
+        outcomes = run_scenario(tests_dir, scenario, work, tests, sorted(skipped), parallel)
+        for name, outcome in outcomes.items():
+            # A scenario's runner reports the tests of other scenarios as skipped: keep the real outcome.
+            if name not in run.outcomes or run.outcomes[name].state == "SKIPPED":
+                run.outcomes[name] = outcome
+    run.seconds = time.monotonic() - started
+    for name, outcome in run.outcomes.items():
+        number = name[:4]
+        if outcome.state == "SKIPPED" and number in skipped:
+            outcome.reason = skipped[number]
+    return run
+
+
+def result(run: Run, command: str) -> dict:
+    """The figures in the format docs/conformance/*.json share."""
+    left = left_out()
+    return {
+        "client": "librdkafka",
+        "version": VERSION,
+        "command": command,
+        "broker_version_claimed": BROKER_VERSION,
+        "seconds": round(run.seconds),
+        "passed": run.count("PASSED"),
+        "failed": run.count("FAILED") + run.count("RUNNING"),
+        "skipped": run.count("SKIPPED"),
+        "failures": [
+            {"test": o.name, "reason": o.reason}
+            for o in run.outcomes.values()
+            if o.state in ("FAILED", "RUNNING")
+        ],
+        "left_out": [
+            {"test": o.name, "reason": left.get(o.name[:4], o.reason)}
+            for o in run.outcomes.values()
+            if o.state == "SKIPPED"
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ops/conformance/run librdkafka", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help=f"only tests {', '.join(QUICK_TESTS)}")
+    parser.add_argument("--tests", help="only these test numbers, comma-separated (e.g. 0001,0012)")
+    parser.add_argument("--parallel", type=int, default=3, help="tests run at once (default 3)")
+    parser.add_argument("--result", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--work-dir", type=Path, help="keep clusters and outputs here (default: a temp dir)")
+    parser.add_argument("--build-only", action="store_true", help="build (or find in the cache) and stop")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.build_only:
+        print(build())
+        return 0
+    tests = ",".join(QUICK_TESTS) if args.quick else args.tests
+    with contextlib.ExitStack() as stack:
+        work = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="librdkafka-")))
+        work.mkdir(parents=True, exist_ok=True)
+        run = run_suite(tests, args.parallel, work)
+    command = "ops/conformance/run librdkafka" + (" --quick" if args.quick else "")
+    figures = result(run, command)
+    for failure in figures["failures"]:
+        print(f"FAILED {failure['test']}: {failure['reason']}")
+    print(
+        f"librdkafka {VERSION}: {figures['passed']} passed, {figures['failed']} failed, "
+        f"{figures['skipped']} skipped in {figures['seconds']} s"
+    )
+    if args.result:
+        args.result.parent.mkdir(parents=True, exist_ok=True)
+        args.result.write_text(json.dumps(figures, indent=2) + "\n")
+    return 1 if figures["failed"] or not figures["passed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
