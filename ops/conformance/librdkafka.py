@@ -26,6 +26,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,7 @@ TIMEOUT_MULTIPLIER = 2.0
 SUMMARY_LINE = re.compile(r"^\|\s*(\d{4}\w*)\s*\|\s*([A-Z_]+)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
 # How the runner skips the tests that need no broker (-L); they are not counted.
 LOCAL_ONLY = "Filtered due to negative test flags"
+TEST_SOURCE = re.compile(r"^(\d{4})-.*\.(c|cpp)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 
 
@@ -155,10 +157,48 @@ def parse_summary(output: str) -> dict[str, Outcome]:
     return outcomes
 
 
+def test_numbers(tests_dir: Path) -> list[str]:
+    """Every test number of the suite (its sources are NNNN-name.c or .cpp), without the manual 8xxx."""
+    found = {m.group(1) for f in tests_dir.iterdir() if (m := TEST_SOURCE.match(f.name))}
+    return sorted(number for number in found if number < "8000")
+
+
+def failure_reason(output: str) -> str:
+    """The runner's own words on why it stopped: the line after its `### Test ... failed` banner."""
+    lines = ANSI.sub("", output).splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("### Test") and index + 1 < len(lines):
+            return lines[index + 1].strip()
+    return ""
+
+
+def run_one(tests_dir: Path, number: str, env: dict[str, str], output_file: Path) -> dict[str, Outcome]:
+    """One test number in its own runner process, so that a test timing out (the runner then exits)
+    costs only that test."""
+    # -L: not the tests of librdkafka alone (its unit tests and mock clusters: no broker).
+    command = [str(tests_dir / "test-runner"), "-L", "-p1"]
+    with open(output_file, "w") as out:
+        code = subprocess.run(
+            command, cwd=tests_dir, env={**env, "TESTS": number}, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
+    output = output_file.read_text(errors="replace")
+    outcomes = {}
+    for name, outcome in parse_summary(output).items():
+        if outcome.reason.startswith(LOCAL_ONLY) or not name.startswith(number):
+            continue
+        if outcome.state in ("RUNNING", "FAILED") and not outcome.reason:
+            outcome.reason = failure_reason(output) or f"test-runner exited with code {code}"
+        outcomes[name] = outcome
+    if code and not any(o.state in ("FAILED", "RUNNING") for o in outcomes.values()):
+        reason = failure_reason(output) or f"test-runner exited with code {code}"
+        outcomes[number] = Outcome(number, "FAILED", 0.0, f"{reason} (see {output_file})")
+    return outcomes
+
+
 def run_scenario(
-    tests_dir: Path, scenario: str, work: Path, tests: str | None, skip: list[str], parallel: int
+    tests_dir: Path, scenario: str, work: Path, numbers: list[str], parallel: int
 ) -> dict[str, Outcome]:
-    """One cluster configured for `scenario`, the runner over it; the outcome of every test it knew."""
+    """One cluster configured for `scenario`, each test number over it; the outcome of every test run."""
     with running_cluster(work / f"cluster-{scenario}", SCENARIOS[scenario]) as cluster:
         conf = work / f"test-{scenario}.conf"
         conf.write_text(
@@ -174,21 +214,14 @@ def run_scenario(
             "BACKBONE_PYTHON": sys.executable,
             "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
         }
-        if tests:
-            env["TESTS"] = tests
-        if skip:
-            env["TESTS_SKIP"] = ",".join(skip)
-        output_file = work / f"runner-{scenario}.out"
-        # -L: not the tests of librdkafka alone (its unit tests and mock clusters: no broker).
-        command = [str(tests_dir / "test-runner"), "-L", f"-p{parallel}"]
-        print(f"librdkafka: scenario {scenario} on {cluster.bootstrap}, output in {output_file}", flush=True)
-        with open(output_file, "w") as out:
-            subprocess.run(command, cwd=tests_dir, env=env, stdout=out, stderr=subprocess.STDOUT)
-        outcomes = {
-            name: outcome
-            for name, outcome in parse_summary(output_file.read_text(errors="replace")).items()
-            if not outcome.reason.startswith(LOCAL_ONLY)
-        }
+        outputs = work / f"runner-{scenario}"
+        outputs.mkdir(parents=True, exist_ok=True)
+        print(f"librdkafka: scenario {scenario} on {cluster.bootstrap}, outputs in {outputs}", flush=True)
+        outcomes: dict[str, Outcome] = {}
+        with ThreadPoolExecutor(parallel) as pool:
+            runs = [pool.submit(run_one, tests_dir, n, env, outputs / f"{n}.out") for n in numbers]
+            for finished in runs:
+                outcomes.update(finished.result())
         dead = cluster.dead_brokers()
         if dead:
             log.error("event=brokers_died scenario=%s brokers=%s", scenario, dead)
@@ -198,25 +231,25 @@ def run_scenario(
 def run_suite(tests: str | None, parallel: int, work: Path) -> Run:
     tests_dir = build()
     skipped = left_out()
+    numbers = [n for n in test_numbers(tests_dir) if tests is None or n in tests.split(",")]
     run = Run()
     started = time.monotonic()
+    for number in numbers:
+        if number in skipped:
+            run.outcomes[number] = Outcome(number, "SKIPPED", 0.0, skipped[number])
+    numbers = [n for n in numbers if n not in skipped]
     for scenario in SCENARIOS:
-        outcomes = run_scenario(tests_dir, scenario, work, tests, sorted(skipped), parallel)
+        outcomes = run_scenario(tests_dir, scenario, work, numbers, parallel)
         for name, outcome in outcomes.items():
             # A scenario's runner reports the tests of other scenarios as skipped: keep the real outcome.
             if name not in run.outcomes or run.outcomes[name].state == "SKIPPED":
                 run.outcomes[name] = outcome
     run.seconds = time.monotonic() - started
-    for name, outcome in run.outcomes.items():
-        number = name[:4]
-        if outcome.state == "SKIPPED" and number in skipped:
-            outcome.reason = skipped[number]
     return run
 
 
 def result(run: Run, command: str) -> dict:
     """The figures in the format docs/conformance/*.json share."""
-    left = left_out()
     return {
         "client": "librdkafka",
         "version": VERSION,
@@ -232,9 +265,7 @@ def result(run: Run, command: str) -> dict:
             if o.state in ("FAILED", "RUNNING")
         ],
         "left_out": [
-            {"test": o.name, "reason": left.get(o.name[:4], o.reason)}
-            for o in run.outcomes.values()
-            if o.state == "SKIPPED"
+            {"test": o.name, "reason": o.reason} for o in run.outcomes.values() if o.state == "SKIPPED"
         ],
     }
 
