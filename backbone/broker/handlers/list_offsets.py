@@ -61,15 +61,18 @@ def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> 
     if timestamp == EARLIEST:
         return -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
     if timestamp == MAX_TIMESTAMP:
-        best: tuple[int, int] | None = None
+        best = None
         for header in log.iter_batch_headers(log.log_start_offset):
             if header.base_offset >= partition.high_watermark:
                 break
-            if best is None or header.max_timestamp > best[0]:
-                best = (header.max_timestamp, header.last_offset)
+            if best is None or header.max_timestamp > best.max_timestamp:
+                best = header
         if best is None:
             return -1, -1, -1
-        return best[0], best[1], _epoch_at(partition, best[1])
+        # The record that holds the batch's max timestamp, which need not be its last (KAFKA-16310).
+        exact = _first_record_at_or_after(partition, best.base_offset, best.max_timestamp)
+        offset = exact[0] if exact else best.last_offset
+        return best.max_timestamp, offset, _epoch_at(partition, offset)
     found = log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= partition.high_watermark:
         return -1, -1, -1
