@@ -141,10 +141,29 @@ class Run:
         return sum(1 for outcome in self.outcomes.values() if outcome.state == state)
 
 
-def left_out() -> dict[str, str]:
-    """Test number -> why it is not run (a feature Backbone leaves out)."""
+@dataclass(frozen=True)
+class LeftOut:
+    reason: str
+    # Sub-tests (substrings of their names) that are run on their own, each in its own runner: the
+    # test's other sub-tests need what `reason` names.
+    run_subtests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    number: str
+    subtest: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.number if self.subtest is None else f"{self.number}[{self.subtest}]"
+
+
+def left_out() -> dict[str, LeftOut]:
+    """Test number -> why it is not run (a feature Backbone leaves out), and the sub-tests run instead."""
     with open(LEFT_OUT_FILE, "rb") as f:
-        return {number: entry["reason"] for number, entry in tomllib.load(f).items()}
+        entries = tomllib.load(f)
+    return {n: LeftOut(e["reason"], tuple(e.get("run_subtests", ()))) for n, e in entries.items()}
 
 
 def parse_summary(output: str) -> dict[str, Outcome]:
@@ -172,31 +191,44 @@ def failure_reason(output: str) -> str:
     return ""
 
 
-def run_one(tests_dir: Path, number: str, env: dict[str, str], output_file: Path) -> dict[str, Outcome]:
-    """One test number in its own runner process, so that a test timing out (the runner then exits)
-    costs only that test."""
+def run_one(tests_dir: Path, job: Job, env: dict[str, str], output_file: Path) -> dict[str, Outcome]:
+    """One test number (or one of its sub-tests) in its own runner process, so that a test timing out
+    (the runner then exits) costs only that test."""
+    number = job.number
     # -L: not the tests of librdkafka alone (its unit tests and mock clusters: no broker).
     command = [str(tests_dir / "test-runner"), "-L", "-p1"]
+    job_env = {**env, "TESTS": number}
+    if job.subtest is not None:
+        job_env["SUBTESTS"] = job.subtest
     with open(output_file, "w") as out:
         code = subprocess.run(
-            command, cwd=tests_dir, env={**env, "TESTS": number}, stdout=out, stderr=subprocess.STDOUT
+            command, cwd=tests_dir, env=job_env, stdout=out, stderr=subprocess.STDOUT
         ).returncode
     output = output_file.read_text(errors="replace")
     outcomes = {}
     for name, outcome in parse_summary(output).items():
         if outcome.reason.startswith(LOCAL_ONLY) or not name.startswith(number):
             continue
+        if job.subtest is not None:
+            name = outcome.name = f"{name}[{job.subtest}]"
+            # A sub-test name that matches nothing would pass without testing anything.
+            if outcome.state == "PASSED" and not _subtest_passed(output, job.subtest):
+                outcome.state, outcome.reason = "FAILED", "no sub-test of this name ran"
         if outcome.state in ("RUNNING", "FAILED") and not outcome.reason:
             outcome.reason = failure_reason(output) or f"test-runner exited with code {code}"
         outcomes[name] = outcome
     if code and not any(o.state in ("FAILED", "RUNNING") for o in outcomes.values()):
         reason = failure_reason(output) or f"test-runner exited with code {code}"
-        outcomes[number] = Outcome(number, "FAILED", 0.0, f"{reason} (see {output_file})")
+        outcomes[job.label] = Outcome(job.label, "FAILED", 0.0, f"{reason} (see {output_file})")
     return outcomes
 
 
+def _subtest_passed(output: str, subtest: str) -> bool:
+    return any(subtest in line and ": PASS (" in line for line in ANSI.sub("", output).splitlines())
+
+
 def run_scenario(
-    tests_dir: Path, scenario: str, work: Path, numbers: list[str], parallel: int
+    tests_dir: Path, scenario: str, work: Path, jobs: list[Job], parallel: int
 ) -> dict[str, Outcome]:
     """One cluster configured for `scenario`, each test number over it; the outcome of every test run."""
     with running_cluster(work / f"cluster-{scenario}", SCENARIOS[scenario]) as cluster:
@@ -219,13 +251,20 @@ def run_scenario(
         print(f"librdkafka: scenario {scenario} on {cluster.bootstrap}, outputs in {outputs}", flush=True)
         outcomes: dict[str, Outcome] = {}
         with ThreadPoolExecutor(parallel) as pool:
-            runs = [pool.submit(run_one, tests_dir, n, env, outputs / f"{n}.out") for n in numbers]
+            runs = [
+                pool.submit(run_one, tests_dir, job, env, outputs / f"{_file_name(job.label)}.out")
+                for job in jobs
+            ]
             for finished in runs:
                 outcomes.update(finished.result())
         dead = cluster.dead_brokers()
         if dead:
             log.error("event=brokers_died scenario=%s brokers=%s", scenario, dead)
         return outcomes
+
+
+def _file_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)
 
 
 def run_suite(
@@ -236,12 +275,17 @@ def run_suite(
     numbers = [n for n in test_numbers(tests_dir) if tests is None or n in tests.split(",")]
     run = Run()
     started = time.monotonic()
+    jobs = []
     for number in numbers:
-        if number in skipped:
-            run.outcomes[number] = Outcome(number, "SKIPPED", 0.0, skipped[number])
-    numbers = [n for n in numbers if n not in skipped]
+        if number not in skipped:
+            jobs.append(Job(number))
+            continue
+        entry = skipped[number]
+        label = f"{number} (other sub-tests)" if entry.run_subtests else number
+        run.outcomes[label] = Outcome(label, "SKIPPED", 0.0, entry.reason)
+        jobs.extend(Job(number, subtest) for subtest in entry.run_subtests)
     for scenario in scenarios:
-        outcomes = run_scenario(tests_dir, scenario, work, numbers, parallel)
+        outcomes = run_scenario(tests_dir, scenario, work, jobs, parallel)
         for name, outcome in outcomes.items():
             # A scenario's runner reports the tests of other scenarios as skipped: keep the real outcome.
             if name not in run.outcomes or run.outcomes[name].state == "SKIPPED":
