@@ -57,6 +57,7 @@ TIMEOUT_MULTIPLIER = 2.0
 SUMMARY_LINE = re.compile(r"^\|\s*(\d{4}\w*)\s*\|\s*([A-Z_]+)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
 # How the runner skips the tests that need no broker (-L); they are not counted.
 LOCAL_ONLY = "Filtered due to negative test flags"
+SCENARIO_FIELD = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
 TEST_SOURCE = re.compile(r"^(\d{4})-.*\.(c|cpp)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 
@@ -182,6 +183,18 @@ def test_numbers(tests_dir: Path) -> list[str]:
     return sorted(number for number in found if number < "8000")
 
 
+def scenario_numbers(tests_dir: Path, scenario: str) -> set[str]:
+    """The test numbers whose entry in test.c's table names `scenario` (.scenario = "a,b")."""
+    text = (tests_dir / "test.c").read_text(errors="replace")
+    table = text[text.index("struct test tests[]") :]
+    found = set()
+    for entry in table.split("_TEST(")[1:]:
+        named = SCENARIO_FIELD.search(entry)
+        if named and scenario in named.group(1).split(","):
+            found.add(entry[:4])
+    return found
+
+
 def failure_reason(output: str) -> str:
     """The runner's own words on why it stopped: the line after its `### Test ... failed` banner."""
     lines = ANSI.sub("", output).splitlines()
@@ -209,6 +222,8 @@ def run_one(tests_dir: Path, job: Job, env: dict[str, str], output_file: Path) -
     for name, outcome in parse_summary(output).items():
         if outcome.reason.startswith(LOCAL_ONLY) or not name.startswith(number):
             continue
+        if outcome.state == "SKIPPED" and not outcome.reason:
+            continue  # skipped silently: a test of another scenario
         if job.subtest is not None:
             name = outcome.name = f"{name}[{job.subtest}]"
             # A sub-test name that matches nothing would pass without testing anything.
@@ -285,7 +300,14 @@ def run_suite(
         run.outcomes[label] = Outcome(label, "SKIPPED", 0.0, entry.reason)
         jobs.extend(Job(number, subtest) for subtest in entry.run_subtests)
     for scenario in scenarios:
-        outcomes = run_scenario(tests_dir, scenario, work, jobs, parallel)
+        if scenario != "default":
+            own = scenario_numbers(tests_dir, scenario)
+            scenario_jobs = [job for job in jobs if job.number in own]
+        else:
+            scenario_jobs = jobs
+        if not scenario_jobs:
+            continue
+        outcomes = run_scenario(tests_dir, scenario, work, scenario_jobs, parallel)
         for name, outcome in outcomes.items():
             # A scenario's runner reports the tests of other scenarios as skipped: keep the real outcome.
             if name not in run.outcomes or run.outcomes[name].state == "SKIPPED":
