@@ -61,18 +61,18 @@ def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> 
     if timestamp == EARLIEST:
         return -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
     if timestamp == MAX_TIMESTAMP:
-        best = None
+        best: tuple[int, int] | None = None
         for header in log.iter_batch_headers(log.log_start_offset):
             if header.base_offset >= partition.high_watermark:
                 break
-            if best is None or header.max_timestamp > best.max_timestamp:
-                best = header
+            if best is None or header.max_timestamp > best[0]:
+                best = (header.max_timestamp, header.base_offset)
         if best is None:
             return -1, -1, -1
-        # The record that holds the batch's max timestamp, which need not be its last (KAFKA-16310).
-        exact = _first_record_at_or_after(partition, best.base_offset, best.max_timestamp)
-        offset = exact[0] if exact else best.last_offset
-        return best.max_timestamp, offset, _epoch_at(partition, offset)
+        # The record holding the largest timestamp, not its batch's last (KAFKA-16310): the first of the
+        # batch at that time (with LogAppendTime every record carries it, so the batch's first).
+        offset, _ = _first_record_at_or_after(partition, best[1], best[0]) or (best[1], best[0])
+        return best[0], offset, _epoch_at(partition, offset)
     found = log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= partition.high_watermark:
         return -1, -1, -1
