@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
 from backbone.protocol.codec import request_type
-from tests.helpers.batches import build_batch
 from backbone.protocol.entities import entity_of
+from tests.helpers.batches import build_batch
 from tests.helpers.requests import metadata_request, produce_request
 from tests.helpers.wire import RawConnection
 
