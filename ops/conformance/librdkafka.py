@@ -20,9 +20,11 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Iterator
@@ -61,6 +63,11 @@ LOCAL_ONLY = "Filtered due to negative test flags"
 SCENARIO_FIELD = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
 TEST_SOURCE = re.compile(r"^(\d{4})-.*\.(c|cpp)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
+
+
+# The test-runner processes running now, to end them when the run is interrupted.
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
 
 
 def cache_root() -> Path:
@@ -215,9 +222,14 @@ def run_one(tests_dir: Path, job: Job, env: dict[str, str], output_file: Path) -
     if job.subtest is not None:
         job_env["SUBTESTS"] = job.subtest
     with open(output_file, "w") as out:
-        code = subprocess.run(
-            command, cwd=tests_dir, env=job_env, stdout=out, stderr=subprocess.STDOUT
-        ).returncode
+        process = subprocess.Popen(command, cwd=tests_dir, env=job_env, stdout=out, stderr=subprocess.STDOUT)
+        with _RUNNING_LOCK:
+            _RUNNING.add(process)
+        try:
+            code = process.wait()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(process)
     output = output_file.read_text(errors="replace")
     outcomes = {}
     for name, outcome in parse_summary(output).items():
@@ -271,8 +283,16 @@ def run_scenario(
                 pool.submit(run_one, tests_dir, job, env, outputs / f"{_file_name(job.label)}.out")
                 for job in jobs
             ]
-            for finished in runs:
-                outcomes.update(finished.result())
+            try:
+                for finished in runs:
+                    outcomes.update(finished.result())
+            except BaseException:
+                # Interrupted: start no more tests and end those running, so the cluster can stop.
+                pool.shutdown(wait=False, cancel_futures=True)
+                with _RUNNING_LOCK:
+                    for process in _RUNNING:
+                        process.terminate()
+                raise
         dead = cluster.dead_brokers()
         if dead:
             log.error("event=brokers_died scenario=%s brokers=%s", scenario, dead)
@@ -351,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="build (or find in the cache) and stop")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # SIGTERM ends a run as Ctrl-C does: through the handlers that stop its test-runners and clusters.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.build_only:
         print(build())
         return 0
