@@ -9,6 +9,7 @@ the new partitions have leaders, as Kafka does).
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +19,7 @@ from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import RequestContext
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.coordination import paths
+from backbone.coordination.znodes import kafka_uuid_bytes
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import InvalidTopicExceptionError, KafkaError, TopicAlreadyExistsError
@@ -175,7 +177,9 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: in
         module.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=name,
-        topic_id=None,
+        # v10 on: the id ZooKeeper holds (null for a topic made before ids), so that clients see a
+        # deleted and re-created topic as a new one.
+        topic_id=uuid.UUID(bytes=kafka_uuid_bytes(assignment.topic_id)) if assignment.topic_id else None,
         is_internal=name.startswith("__"),
         partitions=tuple(partitions),
         topic_authorized_operations=operations,
