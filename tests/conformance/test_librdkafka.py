@@ -1,6 +1,6 @@
 """librdkafka's own integration tests, a quick subset, against a live 3-broker Backbone cluster.
 
-The whole suite runs with `ops/conformance/run librdkafka` (its figures: docs/conformance/librdkafka.json).
+The whole suite runs with `ops/conformance.d/librdkafka` (its figures: docs/conformance/librdkafka.json).
 librdkafka is built from its pinned source once per machine into ~/.cache/backbone (about 3 minutes);
 later runs reuse the build.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.conformance import librdkafka
+from ops.client_suites import librdkafka
 
 pytestmark = pytest.mark.conformance
 

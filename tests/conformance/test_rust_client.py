@@ -1,6 +1,6 @@
 """rskafka, a pure-Rust client with its own protocol code, against a live Backbone cluster.
 
-The program (ops/conformance/rust) is built by cargo from crates.io into a target directory in the cache
+The program (ops/client_suites/rust) is built by cargo from crates.io into a target directory in the cache
 (~/.cache/backbone), so only the first run on a machine compiles its crates (some minutes); later runs
 reuse them.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import Cluster
 
-from ops.conformance import rust_client
+from ops.client_suites import rust_client
 
 pytestmark = pytest.mark.conformance
 

@@ -1,9 +1,9 @@
 """librdkafka's own integration tests against a live 3-broker Backbone cluster.
 
-    ops/conformance/run librdkafka [--quick] [--tests 0001,0002] [--result docs/conformance/librdkafka.json]
+    ops/conformance.d/librdkafka [--quick] [--tests 0001,0002] [--result docs/conformance/librdkafka.json]
 
 The source is librdkafka's release tarball as vendored by the `rdkafka-sys` crate on crates.io, pinned in
-ops/conformance/librdkafka-source (Cargo.toml and Cargo.lock). It is built once per version under the cache
+ops/client_suites/librdkafka-source (Cargo.toml and Cargo.lock). It is built once per version under the cache
 directory ($BACKBONE_CACHE_DIR, default ~/.cache/backbone) with Debian's -dev packages, and reused by every
 later run. Each run starts its own cluster on free loopback ports for each test scenario the suite knows
 (`default`: topics auto-created with 4 partitions; `noautocreate`), runs librdkafka's test-runner on it, and
@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ops.conformance.cluster import SUITE_PROPERTIES, running_cluster
+from ops.client_suites.cluster import SUITE_PROPERTIES, running_cluster
 
 log = logging.getLogger("conformance.librdkafka")
 
@@ -342,6 +342,7 @@ def result(run: Run, command: str) -> dict:
     return {
         "client": "librdkafka",
         "version": VERSION,
+        "suite": "librdkafka",
         "command": command,
         "broker_version_claimed": BROKER_VERSION,
         "seconds": round(run.seconds),
@@ -360,9 +361,7 @@ def result(run: Run, command: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ops/conformance/run librdkafka", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="ops/conformance.d/librdkafka", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"only tests {', '.join(QUICK_TESTS)}")
     parser.add_argument("--tests", help="only these test numbers, comma-separated (e.g. 0001,0012)")
     parser.add_argument("--parallel", type=int, default=3, help="tests run at once (default 3)")
@@ -383,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="librdkafka-")))
         work.mkdir(parents=True, exist_ok=True)
         run = run_suite(tests, args.parallel, work, scenarios)
-    command = "ops/conformance/run librdkafka" + (" --quick" if args.quick else "")
+    command = "ops/conformance.d/librdkafka" + (" --quick" if args.quick else "")
     figures = result(run, command)
     for failure in figures["failures"]:
         print(f"FAILED {failure['test']}: {failure['reason']}")

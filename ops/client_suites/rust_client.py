@@ -1,8 +1,8 @@
 """rskafka (a pure-Rust Kafka client, its own protocol code) against a live Backbone cluster.
 
-    ops/conformance/run rust [--bootstrap HOST:PORT,...]
+    ops/conformance.d/rskafka [--bootstrap HOST:PORT,...]
 
-Builds ops/conformance/rust with cargo (crates from crates.io, pinned by its Cargo.lock) into a target
+Builds ops/client_suites/rust with cargo (crates from crates.io, pinned by its Cargo.lock) into a target
 directory in the cache ($BACKBONE_CACHE_DIR, default ~/.cache/backbone), so that later runs only relink
 when the program changed, then runs it against the given cluster or a throw-away 3-broker one and checks
 every line it prints against what Kafka's semantics make certain.
@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ops.conformance.cluster import running_cluster
+from ops.client_suites.cluster import running_cluster
 
 PROJECT = Path(__file__).resolve().parent / "rust"
 PROGRAM = "backbone-rust-conformance"
@@ -68,7 +68,7 @@ def run(binary: Path, bootstrap: str, topic: str) -> subprocess.CompletedProcess
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ops/conformance/run rust", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ops/conformance.d/rskafka", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap", help="an existing cluster (default: start a throw-away one)")
     parser.add_argument("--result", type=Path, help="write the figures here as JSON")
     args = parser.parse_args(argv)
@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = {
             "client": "rskafka",
             "version": CLIENT_VERSION,
-            "command": "ops/conformance/run rust",
+            "suite": "backbone",
+            "command": "ops/conformance.d/rskafka",
             "seconds": round(seconds),
             "passed": passed,
             "failed": failed,
