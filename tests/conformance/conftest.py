@@ -3,49 +3,107 @@
 The cluster runs as Backbone's own broker processes against a real ZooKeeper, as `backbone dev up` runs
 them, with the settings Kafka's own client test suites expect: 4 partitions and 3 replicas on
 auto-created topics, `min.insync.replicas=2`. Every process started here is stopped at the end.
+
+With `BACKBONE_CONFORMANCE_RESULTS=<dir>` (set by `ops/conformance`) the run writes one result file per
+client into that directory (`<client>.json`, the format `backbone.protocol.compat_doc` reads and
+describes). Tests of features Backbone leaves out carry `@pytest.mark.left_out("why")`.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import json
+import os
+import platform
+from collections.abc import Iterator
+from importlib.metadata import version
 
 import pytest
 
 from backbone.coordination import ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
+from tests.conformance.support import BROKERS, PARTITIONS, Cluster, wait_until
 from tests.helpers.requests import metadata_request
 from tests.helpers.wire import RawConnection
 
-BROKERS = 3
-PARTITIONS = 4
+# Which client a test drives, by the start of its module or test name.
+CLIENTS = {
+    "test_confluent_kafka": ("confluent-kafka (librdkafka)", "confluent-kafka"),
+    "test_kafka_python": ("kafka-python", "kafka-python"),
+    "test_aiokafka": ("aiokafka", "aiokafka"),
+}
+_HERE = os.path.dirname(__file__)
+_left_out: dict[str, str] = {}
+_outcomes: dict[str, str] = {}
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:
-    """Poll `condition` until it returns something truthy (returned); fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or condition}")
-        time.sleep(0.05)
+def _client_of(nodeid: str) -> str | None:
+    module, _, name = nodeid.rpartition("::")
+    for prefix, (client, _) in CLIENTS.items():
+        if os.path.basename(module).startswith(prefix) or name.startswith(prefix):
+            return client
+    return None
 
 
-@dataclass
-class Cluster:
-    brokers: list[BrokerProcess]
+def _version_of(client: str) -> str:
+    package = next(package for name, package in CLIENTS.values() if name == client)
+    text = version(package)
+    if package == "confluent-kafka":
+        import confluent_kafka
 
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers)
+        text += f" (librdkafka {confluent_kafka.libversion()[0]})"
+    return text
 
-    def topic(self, prefix: str) -> str:
-        """A topic name no other test uses."""
-        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = item.get_closest_marker("left_out")
+        if marker is not None and str(item.path).startswith(_HERE):
+            _left_out[item.nodeid] = marker.args[0]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.nodeid.startswith("tests/conformance/"):
+        return
+    if report.when == "call" or report.outcome != "passed":
+        _outcomes[report.nodeid] = "failed" if report.outcome == "failed" else report.outcome
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    directory = os.environ.get("BACKBONE_CONFORMANCE_RESULTS")
+    if not directory or not _outcomes:
+        return
+    os.makedirs(directory, exist_ok=True)
+    by_client: dict[str, list[str]] = {}
+    for nodeid in _outcomes:
+        client = _client_of(nodeid)
+        if client is not None:
+            by_client.setdefault(client, []).append(nodeid)
+    for client, nodeids in sorted(by_client.items()):
+        counted = [n for n in nodeids if n not in _left_out]
+        result = {
+            "client": client,
+            "version": _version_of(client),
+            "suite": "backbone",
+            "command": "ops/conformance",
+            "python": platform.python_version(),
+            "passed": sum(_outcomes[n] == "passed" for n in counted),
+            "failed": sum(_outcomes[n] == "failed" for n in nodeids),
+            "skipped": sum(_outcomes[n] == "skipped" for n in nodeids),
+            "left_out": [
+                {"test": n.rpartition("::")[2], "reason": _left_out[n]}
+                for n in sorted(nodeids)
+                if n in _left_out and _outcomes[n] == "passed"
+            ],
+            "failures": [
+                {"test": n.rpartition("::")[2], "reason": "failed"}
+                for n in sorted(nodeids)
+                if _outcomes[n] == "failed"
+            ],
+        }
+        name = next(package for c, package in CLIENTS.values() if c == client)
+        with open(os.path.join(directory, f"{name}.json"), "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=2)
+            out.write("\n")
 
 
 @pytest.fixture(scope="session")

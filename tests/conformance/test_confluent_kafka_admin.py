@@ -25,7 +25,8 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
-from conftest import PARTITIONS, Cluster, wait_until
+
+from tests.conformance.support import PARTITIONS, Cluster, wait_until
 
 pytestmark = pytest.mark.conformance
 
@@ -207,6 +208,7 @@ def test_consumer_groups_and_their_offsets(cluster: Cluster, admin: AdminClient)
     assert group not in {g.group_id for g in listed.valid}
 
 
+@pytest.mark.left_out("ACLs: DescribeAcls not listed until the security work")
 def test_acls_are_left_out_with_kafkas_answer(cluster: Cluster, admin: AdminClient) -> None:
     # ACLs come with the security work; until then DescribeAcls is not listed and the call fails cleanly.
     from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType

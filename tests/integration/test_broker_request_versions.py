@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime
 import struct
 from collections.abc import Iterator
+from dataclasses import fields
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_schema_field_type
 
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
@@ -159,3 +161,30 @@ def test_max_timestamp_names_the_record_not_its_batch(broker, wait_for) -> None:
         )
         answer = connection.request(latest_offset_request(topic, 0, timestamp=-3)).topics[0].partitions[0]
     assert (answer.offset, answer.timestamp) == (2, 9_000)
+
+
+def one_of_each(entity_type: type) -> dict:
+    """Values giving every array of structs one element, and every string a name ("sweep")."""
+    values: dict = {}
+    for field in fields(entity_type):
+        kind = classify_field(field)
+        if isinstance(kind, EntityTupleField):
+            values[field.name] = [one_of_each(kind.type_)]
+        elif isinstance(kind, EntityField):
+            values[field.name] = one_of_each(kind.type_)
+        elif not kind.is_array and get_schema_field_type(field) == "string":
+            values[field.name] = "sweep"
+    return values
+
+
+@pytest.mark.parametrize("case", SERVED, ids=[f"{k.name}-v{v}" for k, v in SERVED])
+def test_every_served_version_answers_a_request_with_one_of_each_item(broker, case) -> None:
+    # Every array of structs holds one element: the per-item paths of each handler run at every version.
+    api_key, version = case
+    entity_type = request_type(api_key, version)
+    values = one_of_each(entity_type)
+    if api_key == ApiKey.PRODUCE:
+        values["acks"] = 1
+    with RawConnection(broker.bootstrap) as connection:
+        answer = connection.request(entity_of(entity_type, values))
+    assert int(answer.__version__) == version
