@@ -8,9 +8,9 @@ reuse them.
 from __future__ import annotations
 
 import pytest
-from conftest import Cluster
 
 from ops.client_suites import rust_client
+from tests.conformance.support import Cluster
 
 pytestmark = pytest.mark.conformance
 
