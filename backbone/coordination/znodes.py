@@ -75,13 +75,6 @@ def fields_of(what: str, data: bytes | None) -> Iterator[None]:
         raise CoordinationError(f"{what} has a missing or malformed field ({error!r}): {data!r}") from error
 
 
-def kafka_uuid_bytes(text: str | None) -> uuid.UUID | None:
-    """A topic id in Kafka's text form as the UUID the wire carries (None stays None)."""
-    if text is None:
-        return None
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-
-
 def new_kafka_uuid() -> str:
     """A random id in Kafka's Uuid text form: 16 bytes, URL-safe base64 without padding (22 chars).
 
@@ -92,6 +85,14 @@ def new_kafka_uuid() -> str:
         if not text.startswith("-"):
             return text
     raise CoordinationError("could not draw a Kafka uuid that does not start with '-'")  # p = 64**-64
+
+
+def kafka_uuid_bytes(text: str) -> bytes:
+    """The 16 bytes of an id in Kafka's Uuid text form (the inverse of `new_kafka_uuid`)."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise CoordinationError(f"{text!r} is not a Kafka uuid (16 bytes in URL-safe base64)")
+    return raw
 
 
 # -- brokers --------------------------------------------------------------------------------------

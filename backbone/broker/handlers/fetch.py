@@ -87,7 +87,8 @@ def _read(
             result = FetchPartitionResult(asked.partition)
             try:
                 partition = broker.replicas.leader_partition(topic.topic, asked.partition)
-                check_leader_epoch(partition, asked.current_leader_epoch)
+                # Fetch v4-v8 carry no leader epoch: such a fetcher does not fence.
+                check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
                 hosted_log = partition.log
                 if replica_id >= 0:
                     partition.update_follower(replica_id, asked.fetch_offset)

@@ -9,10 +9,12 @@ the new partitions have leaders, as Kafka does).
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from backbone.broker.handlers.cluster import ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, NOT_REQUESTED
 from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import RequestContext
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
@@ -26,9 +28,6 @@ if TYPE_CHECKING:
     from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
-
-# Kafka's value for "authorized operations not requested".
-NOT_REQUESTED = -(2**31)
 
 
 def register(broker: Broker) -> None:
@@ -57,10 +56,11 @@ def register(broker: Broker) -> None:
             answers.clear()
             seen_generation = broker.metadata_generation
         listener = context.connection.listener.name
-        key = (version, listener, names)
+        operations = _authorized_operations(request)
+        key = (version, listener, names, operations)
         body = answers.get(key)
         if body is None:
-            body = codec.encode(_response(broker, version, listener, names, pending))
+            body = codec.encode(_response(broker, version, listener, names, pending, operations))
             if not pending and len(answers) < 1024:
                 answers[key] = body
         return [body]
@@ -98,8 +98,24 @@ async def _auto_create(broker: Broker, topics: list[str]) -> set[str]:
     return created
 
 
+def _authorized_operations(request: Any) -> tuple[int, int]:
+    """(cluster, topic) authorized operations, where the request asks for them (v8 on; the cluster's
+    until v10). Without an authorizer every operation is allowed, and Kafka then lists them all."""
+    cluster = getattr(request, "include_cluster_authorized_operations", False)
+    topic = getattr(request, "include_topic_authorized_operations", False)
+    return (
+        ALL_CLUSTER_OPERATIONS if cluster else NOT_REQUESTED,
+        ALL_TOPIC_OPERATIONS if topic else NOT_REQUESTED,
+    )
+
+
 def _response(
-    broker: Broker, version: int, listener: str, names: tuple[str, ...] | None, pending: set[str]
+    broker: Broker,
+    version: int,
+    listener: str,
+    names: tuple[str, ...] | None,
+    pending: set[str],
+    operations: tuple[int, int] = (NOT_REQUESTED, NOT_REQUESTED),
 ) -> Any:
     module = response_module(ApiKey.METADATA, version)
     cache = broker.cache
@@ -109,7 +125,7 @@ def _response(
     ]
     topics = []
     for name in sorted(cache.topics) if names is None else names:
-        topics.append(_topic(broker, module, name, name in pending))
+        topics.append(_topic(broker, module, name, name in pending, operations[1]))
     return build(
         module.MetadataResponse,
         throttle_time=throttle(),
@@ -117,11 +133,11 @@ def _response(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=NOT_REQUESTED,
+        cluster_authorized_operations=operations[0],
     )
 
 
-def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
+def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: int = NOT_REQUESTED) -> Any:
     cache = broker.cache
     assignment = cache.topics.get(name)
     if assignment is None:
@@ -161,10 +177,12 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
         module.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=name,
-        topic_id=kafka_uuid_bytes(assignment.topic_id),
+        # v10 on: the id ZooKeeper holds (null for a topic made before ids), so that clients see a
+        # deleted and re-created topic as a new one.
+        topic_id=uuid.UUID(bytes=kafka_uuid_bytes(assignment.topic_id)) if assignment.topic_id else None,
         is_internal=name.startswith("__"),
         partitions=tuple(partitions),
-        topic_authorized_operations=NOT_REQUESTED,
+        topic_authorized_operations=operations,
     )
 
 
