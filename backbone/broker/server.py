@@ -34,10 +34,12 @@ from backbone.coordination import (
     CoordinationError,
     EndPoint,
     PartitionState,
+    SessionEvent,
     Watch,
 )
 from backbone.log import LogManager
 from backbone.log.cleaner import LogCleaner
+from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
 from backbone.protocol.api import ApiTable
 from backbone.protocol.errors import KafkaError
 
@@ -102,6 +104,9 @@ class Broker(MetadataListener):
         self._tasks: list[asyncio.Task[None]] = []
         self.metadata_generation = 0
         self.stopped = asyncio.Event()
+        # Set when the broker must stop on its own (its ZooKeeper holds another cluster); `failure` says why.
+        self.failed = asyncio.Event()
+        self.failure: Exception | None = None
         register_all(self)
 
     async def _write_partition_state(
@@ -118,9 +123,10 @@ class Broker(MetadataListener):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        await asyncio.to_thread(self.log_manager.startup)
         await asyncio.to_thread(self.store.start)
-        self.cache.cluster_id = await self.zk(self.store.get_or_create_cluster_id)
+        self.cache.cluster_id = await self._check_cluster_id()
+        self.store.add_session_listener(lambda event: self._session_event(loop, event))
+        await asyncio.to_thread(self.log_manager.startup)
         sender = FileRegionSender(self.config["fetch.sendfile.threshold.bytes"])
         for endpoint in self.config.listeners:
             listener = Listener(
@@ -170,6 +176,30 @@ class Broker(MetadataListener):
             ",".join(f"{x.name}://{x.endpoint.host}:{x.port}" for x in self.listeners),
             time.monotonic() - started,
         )
+
+    async def _check_cluster_id(self) -> str:
+        """The cluster id, checked against the log directories' meta.properties and recorded there, as Kafka
+        does: a broker whose ZooKeeper holds another cluster refuses to start (InconsistentClusterIdError)."""
+        identity = LogDirIdentity(self.config.log_dirs, self.broker_id)
+        stored = await asyncio.to_thread(identity.stored_cluster_id)
+        found = await self.zk(self.store.get_cluster_id)
+        identity.check(found, stored)
+        cluster_id = found or await self.zk(self.store.get_or_create_cluster_id)
+        await asyncio.to_thread(identity.record, cluster_id)
+        self.store.cluster_id = cluster_id
+        return cluster_id
+
+    def _session_event(self, loop: asyncio.AbstractEventLoop, event: SessionEvent) -> None:
+        if event is SessionEvent.WRONG_CLUSTER:
+            failure = InconsistentClusterIdError(
+                f"ZooKeeper at {self.config['zookeeper.connect']} now holds another cluster than "
+                f"{self.cache.cluster_id}; the broker stops rather than join it."
+            )
+            loop.call_soon_threadsafe(self._fail, failure)
+
+    def _fail(self, failure: Exception) -> None:
+        self.failure = failure
+        self.failed.set()
 
     async def _register(self) -> None:
         """Register in ZooKeeper; after a crash, take over the dead process's registration (same endpoints)
@@ -398,6 +428,12 @@ async def run_broker(config: BrokerConfig, ready: Callable[[Broker], None] | Non
         await broker.start()
         if ready is not None:
             ready(broker)
-        await stop.wait()
+        signalled = asyncio.ensure_future(stop.wait())
+        failed = asyncio.ensure_future(broker.failed.wait())
+        await asyncio.wait((signalled, failed), return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        failed.cancel()
     finally:
         await broker.stop()
+    if broker.failure is not None:
+        raise broker.failure

@@ -131,8 +131,8 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
         except KafkaError:
             error = ErrorCode.invalid_topic_exception
         return build(module.MetadataResponseTopic, error_code=error, name=name, topic_id=None, partitions=())
+    # Like Kafka, a listed topic's error is NONE: a partition without a leader says so itself.
     partitions = []
-    topic_error = ErrorCode.none
     for index in sorted(assignment.partitions):
         replicas = tuple(assignment.partitions[index])
         state = cache.states.get((name, index))
@@ -142,7 +142,6 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
             error, leader, epoch, isr = ErrorCode.leader_not_available, -1, -1, ()
             if state is not None:
                 epoch, isr = state.leader_epoch, tuple(state.isr)
-            topic_error = ErrorCode.leader_not_available if state is None else topic_error
         else:
             error, leader, epoch, isr = ErrorCode.none, state.leader, state.leader_epoch, tuple(state.isr)
         partitions.append(
@@ -159,7 +158,7 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
         )
     return build(
         module.MetadataResponseTopic,
-        error_code=topic_error,
+        error_code=ErrorCode.none,
         name=name,
         topic_id=None,
         is_internal=name.startswith("__"),

@@ -83,7 +83,9 @@ async def _produce_partition(
     except KafkaError as exc:
         if exc.code is not ErrorCode.not_leader_or_follower:
             log.info("event=produce_rejected partition=%s-%d error=%s", topic, index, exc)
-        return ProducePartitionResult(index, error_code=exc.code, error_message=error_message_of(exc))
+        return ProducePartitionResult(
+            index, error_code=exc.code, error_message=error_message_of(exc), record_errors=exc.record_errors
+        )
     except Exception as exc:  # a bug must fail this partition, not the broker or the connection
         return ProducePartitionResult(
             index, error_code=error_code_of(exc), error_message=error_message_of(exc)
