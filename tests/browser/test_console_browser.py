@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import INTERVAL_MS, log_in, shoot, wait_until
+from browser_support import INTERVAL_MS, log_in, shoot, wait_until
 
 from backbone.client import Admin, Consumer, NewTopic, Producer
 from backbone.client.audit import AuditCount, bucket_start
