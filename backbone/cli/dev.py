@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated cluster names (default dc1,dc2,aggregate)",
     )
     up.add_argument("--brokers", type=int, default=3, help="brokers per cluster (default 3)")
+    up.add_argument(
+        "--console-interval-ms", type=int, default=5000, help="the console's sampling interval (default 5000)"
+    )
     up.set_defaults(handler=reports_failures(run_up))
 
     down = actions.add_parser("down", help="stop everything `dev up` started")
@@ -72,7 +75,7 @@ def run_up(args: argparse.Namespace) -> int:
     if not clusters or args.brokers < 1:
         raise UsageError("give at least one cluster name and --brokers of 1 or more")
     try:
-        started = topology.up(args.dir, clusters, args.brokers)
+        started = topology.up(args.dir, clusters, args.brokers, console_interval_ms=args.console_interval_ms)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except StartError as exc:
@@ -87,6 +90,9 @@ def run_up(args: argparse.Namespace) -> int:
             f"{'mirror':>10}: {mirror['source']} -> {mirror['target']}  group {mirror['group']}  "
             f"metrics http://{mirror['host']}:{mirror['metrics_port']}/metrics"
         )
+    if "console" in started.data:
+        entry = started.data["console"]
+        print(f"{'console':>10}: {entry['url']}  user {entry['user']}  password {entry['password']}")
     bootstrap = first["bootstrap"].split(",")[0]
     aggregate = started.data["clusters"].get("aggregate", first)["bootstrap"].split(",")[0]
     print(

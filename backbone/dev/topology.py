@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev import auditors, mirrors
+from backbone.dev import auditors, console, mirrors
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,8 @@ class DevTopology:
         """Every recorded process in stopping order: audit counters and mirrors (they read and write the
         clusters), brokers, then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
-        return [*self.auditors, *self.mirrors, *found, self.data["zookeeper"]]
+        watching = [self.data["console"]] if "console" in self.data else []  # it only reads: stopped first
+        return [*watching, *self.auditors, *self.mirrors, *found, self.data["zookeeper"]]
 
 
 LOCK_FILE = "up.lock"
@@ -156,10 +157,11 @@ def up(
     brokers: int = 3,
     progress: Callable[[str], None] = print,
     preferred_ports: bool = True,
+    console_interval_ms: int = console.DEFAULT_INTERVAL_MS,
 ) -> DevTopology:
     directory = directory.resolve()
     with _only_one_up(directory, progress):
-        return _up(directory, clusters, brokers, progress, preferred_ports)
+        return _up(directory, clusters, brokers, progress, preferred_ports, console_interval_ms)
 
 
 def _up(
@@ -168,6 +170,7 @@ def _up(
     brokers: int,
     progress: Callable[[str], None],
     preferred_ports: bool,
+    console_interval_ms: int,
 ) -> DevTopology:
     existing = DevTopology.load(directory)
     if existing is not None:
@@ -220,6 +223,18 @@ def _up(
             progress(f"starting audit count {tier}")
             topology.auditors.append(auditors.start(directory, tier, data["clusters"], started_mirrors))
             topology.save()
+        console_port = ports.pick(console.PREFERRED_PORT)
+        progress(f"starting the console on http://{HOST}:{console_port}/")
+        data["console"] = console.start(
+            directory,
+            data["clusters"],
+            topology.mirrors,
+            console_port,
+            HOST,
+            console_interval_ms,
+            started_mirrors,
+        )
+        topology.save()
     except BaseException:
         # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
         # rather than restarting half a topology.
@@ -375,6 +390,9 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
                 process_alive(mirror["pid"], mirror["marker"]),
             )
         )
+    if "console" in topology.data:
+        entry = topology.data["console"]
+        rows.append((f"console {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"])))
     for auditor in topology.auditors:
         rows.append((auditor["name"], auditor["pid"], process_alive(auditor["pid"], auditor["marker"])))
     zk = topology.data["zookeeper"]
