@@ -180,6 +180,7 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
         print(f"measuring: {name}", file=sys.stderr)
         seconds = best(args.runs, measure)
         results.append((name, seconds))
+        print(f"{name}: {seconds:.2f} s, {n / seconds:,.0f} records/s", file=sys.stderr, flush=True)
     spark.stop()
     command = "python ops/bench/spark_bench.py " + shlex.join(sys.argv[1:])
     print(

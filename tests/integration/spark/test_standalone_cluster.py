@@ -89,7 +89,7 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
             stop_child(process, timeout=20)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)  # two JVM daemons, two executors and a driver on a small machine
 def test_a_submitted_job_spreads_over_both_workers_with_local_results(
     spark, live_broker: BrokerProcess, standalone_cluster: str, tmp_path: Path
 ):
@@ -102,7 +102,7 @@ def test_a_submitted_job_spreads_over_both_workers_with_local_results(
     command += ["--conf", f"spark.executor.extraJavaOptions={TEST_JAVA_OPTIONS}"]
     command += ["--conf", "spark.ui.port=0", "--conf", "spark.driver.host=127.0.0.1"]
     command += [str(JOB), live_broker.bootstrap, topic, str(tmp_path / "out")]
-    done = subprocess.run(command, env=spark_env(tmp_path), capture_output=True, timeout=540, check=False)
+    done = subprocess.run(command, env=spark_env(tmp_path), capture_output=True, timeout=1000, check=False)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
 
