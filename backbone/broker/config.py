@@ -49,6 +49,13 @@ BROKER_PROPERTIES: dict[str, Property] = {
             minimum=0,
         ),
         _P("replica.lag.time.max.ms", int, 30000, minimum=1),
+        _P(
+            "metrics.port",
+            int,
+            0,
+            "serve Prometheus metrics (docs/operations.md) on this port, first listener's host; 0: off",
+            minimum=0,
+        ),
         _P("replica.fetch.max.bytes", int, 1048576, minimum=1),
         _P("replica.fetch.wait.max.ms", int, 500, minimum=0),
         _P("replica.fetch.min.bytes", int, 1, minimum=1),

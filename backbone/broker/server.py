@@ -22,6 +22,7 @@ from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
 from backbone.broker.liveness import Liveness
 from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
+from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
@@ -34,10 +35,12 @@ from backbone.coordination import (
     CoordinationError,
     EndPoint,
     PartitionState,
+    SessionEvent,
     Watch,
 )
 from backbone.log import LogManager
 from backbone.log.cleaner import LogCleaner
+from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
 from backbone.protocol.api import ApiTable
 from backbone.protocol.errors import KafkaError
 
@@ -102,6 +105,10 @@ class Broker(MetadataListener):
         self._tasks: list[asyncio.Task[None]] = []
         self.metadata_generation = 0
         self.stopped = asyncio.Event()
+        # Set when the broker must stop on its own (its ZooKeeper holds another cluster); `failure` says why.
+        self.failed = asyncio.Event()
+        self.failure: Exception | None = None
+        self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config["metrics.port"] else None
         register_all(self)
 
     async def _write_partition_state(
@@ -118,16 +125,20 @@ class Broker(MetadataListener):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        await asyncio.to_thread(self.log_manager.startup)
         await asyncio.to_thread(self.store.start)
-        self.cache.cluster_id = await self.zk(self.store.get_or_create_cluster_id)
+        self.cache.cluster_id = await self._check_cluster_id()
+        self.store.add_session_listener(lambda event: self._session_event(loop, event))
+        await asyncio.to_thread(self.log_manager.startup)
         sender = FileRegionSender(self.config["fetch.sendfile.threshold.bytes"])
         for endpoint in self.config.listeners:
             listener = Listener(
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
             )
             await listener.start()
+            listener.metrics = self.metrics
             self.listeners.append(listener)
+        if self.metrics is not None:
+            self.metrics.serve(self.config["metrics.port"], self.config.listeners[0].host)
         self.sync = MetadataSync(self.store, self.cache, loop)
         # The group coordination follows offsets-partition leadership once the replica manager has applied it.
         self.sync.listeners = [self, self.replicas, self.controller, self.group_coordination]
@@ -170,6 +181,30 @@ class Broker(MetadataListener):
             ",".join(f"{x.name}://{x.endpoint.host}:{x.port}" for x in self.listeners),
             time.monotonic() - started,
         )
+
+    async def _check_cluster_id(self) -> str:
+        """The cluster id, checked against the log directories' meta.properties and recorded there, as Kafka
+        does: a broker whose ZooKeeper holds another cluster refuses to start (InconsistentClusterIdError)."""
+        identity = LogDirIdentity(self.config.log_dirs, self.broker_id)
+        stored = await asyncio.to_thread(identity.stored_cluster_id)
+        found = await self.zk(self.store.get_cluster_id)
+        identity.check(found, stored)
+        cluster_id = found or await self.zk(self.store.get_or_create_cluster_id)
+        await asyncio.to_thread(identity.record, cluster_id)
+        self.store.cluster_id = cluster_id
+        return cluster_id
+
+    def _session_event(self, loop: asyncio.AbstractEventLoop, event: SessionEvent) -> None:
+        if event is SessionEvent.WRONG_CLUSTER:
+            failure = InconsistentClusterIdError(
+                f"ZooKeeper at {self.config['zookeeper.connect']} now holds another cluster than "
+                f"{self.cache.cluster_id}; the broker stops rather than join it."
+            )
+            loop.call_soon_threadsafe(self._fail, failure)
+
+    def _fail(self, failure: Exception) -> None:
+        self.failure = failure
+        self.failed.set()
 
     async def _register(self) -> None:
         """Register in ZooKeeper; after a crash, take over the dead process's registration (same endpoints)
@@ -376,7 +411,10 @@ class Broker(MetadataListener):
         await asyncio.to_thread(self.log_manager.run_cleaner)
 
     async def _flush(self) -> None:
+        started = time.monotonic()
         await asyncio.to_thread(self.log_manager.run_flush)
+        if self.metrics is not None:
+            self.metrics.log_flush.observe(time.monotonic() - started)
 
     async def _check_isr_lag(self) -> None:
         self.replicas.check_isr_lag()
@@ -398,6 +436,12 @@ async def run_broker(config: BrokerConfig, ready: Callable[[Broker], None] | Non
         await broker.start()
         if ready is not None:
             ready(broker)
-        await stop.wait()
+        signalled = asyncio.ensure_future(stop.wait())
+        failed = asyncio.ensure_future(broker.failed.wait())
+        await asyncio.wait((signalled, failed), return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        failed.cancel()
     finally:
         await broker.stop()
+    if broker.failure is not None:
+        raise broker.failure

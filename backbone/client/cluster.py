@@ -15,9 +15,11 @@ Concurrent refreshes share one request; failed ones are retried after `retry.bac
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -79,6 +81,8 @@ class TopicInfo:
     is_internal: bool = False
     available: tuple[int, ...] = ()
     """Partitions that have a leader (computed once: the producer asks for every unkeyed record)."""
+    topic_id: str | None = None
+    """Kafka's text form of the topic's id (Metadata v10+); a re-created topic gets a new one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,13 @@ class ClusterMetadata:
         return info.partitions.get(tp.partition) if info is not None else None
 
 
+def _topic_id_text(topic_id: uuid.UUID | None) -> str | None:
+    """Kafka's text form of a topic id (URL-safe base64, no padding); None for none or the zero id."""
+    if topic_id is None or topic_id.int == 0:
+        return None
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
 def parse_metadata(response: Any) -> ClusterMetadata:
     """A ClusterMetadata from a kio MetadataResponse of any version."""
     brokers = {
@@ -138,7 +149,8 @@ def parse_metadata(response: Any) -> ClusterMetadata:
         }
         available = tuple(sorted(p for p, part in partitions.items() if part.leader >= 0))
         internal = bool(getattr(topic, "is_internal", False))
-        topics[name] = TopicInfo(name, int(topic.error_code), partitions, internal, available)
+        topic_id = _topic_id_text(getattr(topic, "topic_id", None))
+        topics[name] = TopicInfo(name, int(topic.error_code), partitions, internal, available, topic_id)
     return ClusterMetadata(
         cluster_id=getattr(response, "cluster_id", None),
         controller_id=int(getattr(response, "controller_id", -1)),
@@ -419,13 +431,16 @@ class ClusterClient:
             except TimeoutError:
                 return
 
-    async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[int]:
-        """The topic's partitions, waiting (and refreshing) until known or `timeout_ms` passes."""
+    async def wait_for_topic(self, topic: str, timeout_ms: int, partition: int | None = None) -> list[int]:
+        """The topic's partitions, waiting (and refreshing) until known or `timeout_ms` passes; with
+        `partition`, until they include it (a topic grown a moment ago), or the time is up."""
         self.add_topics([topic])
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             partitions = self.metadata.partitions_for(topic)
-            if partitions is not None:
+            if partitions is not None and (partition is None or partition in partitions):
+                return partitions
+            if partitions is not None and time.monotonic() >= deadline:
                 return partitions
             info = self.metadata.topics.get(topic)
             if info is not None and info.error_code and not error_for(info.error_code).retriable:

@@ -60,7 +60,9 @@ those versions while a higher common one exists.
 The broker must answer an ApiVersions request of a version it does not support (a newer client
 probes with its newest) with `unsupported_api_versions_response()`: a v0 body with
 UNSUPPORTED_VERSION and our ApiVersions range, so the client retries with a version we speak.
-Any other unknown key or unsupported version is a malformed request (Kafka closes the connection).
+Any other unknown key or unsupported version gets that version's response with UNSUPPORTED_VERSION in
+its top-level error field where the schema has one (`entities.error_answer`); where it has none (or the
+key is unknown to Kafka's schemas), no answer can say so and the connection closes, as Kafka closes it.
 """
 
 from __future__ import annotations

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -79,7 +82,9 @@ def test_dev_up_runs_isolated_clusters_and_restarts_what_died(dev_dir: Path) -> 
     consumer.close()
 
     stopped = backbone("dev", "down", "--dir", str(dev_dir))
-    assert stopped.returncode == 0 and "stopped 3 process(es)" in stopped.stdout
+    assert (
+        stopped.returncode == 0 and "stopped 4 process(es)" in stopped.stdout
+    )  # 2 brokers, ZooKeeper, console
     final = json.loads((dev_dir / "topology.json").read_text())
     recorded = [b for c in topology["clusters"].values() for b in c["brokers"]] + [topology["zookeeper"]]
     assert all(not process_alive(entry["pid"], entry["marker"]) for entry in recorded)
@@ -114,8 +119,24 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         assert Path(mirror["output"]).is_relative_to(dev_dir.resolve())
         with urllib.request.urlopen(f"http://127.0.0.1:{mirror['metrics_port']}/metrics", timeout=10) as page:
             assert page.status == 200
+    for cluster in clusters.values():  # every broker serves its Prometheus metrics on its own port
+        (broker,) = cluster["brokers"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker['metrics_port']}/metrics", timeout=10) as page:
+            assert b"backbone_broker_leader_partitions" in page.read()
+    assert [a["tier"] for a in topology["auditors"]] == ["dc1", "dc2", "aggregate"]
     status = backbone("dev", "status", "--dir", str(dev_dir))
-    assert status.returncode == 0 and status.stdout.count("running") == 6  # 3 brokers, 2 mirrors, ZooKeeper
+    # 3 brokers, 2 mirrors, 3 audit counters, ZooKeeper and the console
+    assert status.returncode == 0 and status.stdout.count("running") == 10
+    console = topology["console"]
+    assert f"console: {console['url']}  user operator  password {console['password']}" in started.stdout
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with browser.open(console["url"] + "login", timeout=10) as page:
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.read().decode()).group(1)
+    form = {"user": console["user"], "password": console["password"], "csrf_token": token}
+    with browser.open(
+        console["url"] + "login", data=urllib.parse.urlencode(form).encode(), timeout=10
+    ) as page:
+        assert page.status == 200 and page.url == console["url"], "logged in and sent to the overview"
 
     # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
     # where it came from.
@@ -139,9 +160,11 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
     assert restarted["pid"] != victim["pid"] and process_alive(restarted["pid"], restarted["marker"])
 
     stopped = backbone("dev", "down", "--dir", str(dev_dir))
-    assert stopped.returncode == 0 and "stopped 6 process(es)" in stopped.stdout
+    assert stopped.returncode == 0 and "stopped 10 process(es)" in stopped.stdout
     lines = stopped.stdout.splitlines()
-    assert lines[0].startswith("stopping mirror") and lines[1].startswith("stopping mirror"), "mirrors first"
+    assert lines[0].startswith("stopping console"), "the console first: it only reads"
+    assert all(line.startswith("stopping audit count") for line in lines[1:4]), "then the counters"
+    assert lines[4].startswith("stopping mirror") and lines[5].startswith("stopping mirror"), "then mirrors"
     final = json.loads((dev_dir / "topology.json").read_text())
     assert all(m["pid"] is None for m in final["mirrors"])
     assert not process_alive(restarted["pid"], restarted["marker"])

@@ -38,7 +38,11 @@ def register(broker: Broker) -> None:
             if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
             # Nothing (or too little) yet: sleep until an append to one of these partitions, or the deadline.
+            waited = time.monotonic()
             await _wait_for_append(idle, remaining)
+            context.remote_wait_s += time.monotonic() - waited
+        if broker.metrics is not None and total:
+            broker.metrics.sent(topics)
         return encode_fetch_response(context.api_version, topics, session_id=0)
 
     broker.api_table.register(ApiKey.FETCH, handle)
@@ -83,7 +87,8 @@ def _read(
             result = FetchPartitionResult(asked.partition)
             try:
                 partition = broker.replicas.leader_partition(topic.topic, asked.partition)
-                check_leader_epoch(partition, asked.current_leader_epoch)
+                # Fetch v4-v8 carry no leader epoch: such a fetcher does not fence.
+                check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
                 hosted_log = partition.log
                 if replica_id >= 0:
                     partition.update_follower(replica_id, asked.fetch_offset)

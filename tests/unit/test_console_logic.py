@@ -1,0 +1,148 @@
+"""The console's pure parts: its configuration file, Burrow's rules, charts, and its history store's
+refusal of a database it cannot use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backbone.console.burrow import ERR, OK, WARN, Observation, evaluate_partition
+from backbone.console.charts import line_chart
+from backbone.console.config import ConfigError, load, parse
+from backbone.console.history import HistoryStore, HistoryUnavailable
+
+pytestmark = pytest.mark.unit
+
+HASH = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_a_config_file_names_clusters_mirrors_users_and_settings(tmp_path: Path) -> None:
+    path = tmp_path / "console.toml"
+    path.write_text(
+        f"""
+listeners = "http://127.0.0.1:9999"
+sampling.interval.ms = 500
+history.url = "sqlite:///{tmp_path}/h.db"
+[[clusters]]
+name = "dc1"
+bootstrap.servers = "127.0.0.1:9092"
+[[clusters]]
+name = "aggregate"
+bootstrap.servers = "127.0.0.1:9292"
+role = "aggregate"
+[[mirrors]]
+source = "dc1"
+target = "aggregate"
+[[users]]
+name = "alice"
+role = "operator"
+password.hash = "{HASH}"
+[[webhooks]]
+url = "http://127.0.0.1:1/hook"
+"""
+    )
+    config = load(path)
+    assert [(c.name, c.role) for c in config.clusters] == [("dc1", "datacenter"), ("aggregate", "aggregate")]
+    assert config.mirrors[0].group == "mirror-dc1-aggregate"
+    assert (config.host, config.port, config.interval_ms) == ("127.0.0.1", 9999, 500)
+    assert config.user("alice").role == "operator"
+    assert config.webhooks == ("http://127.0.0.1:1/hook",)
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ({}, "name at least one cluster"),
+        ({"clusters": [{"name": "a b", "bootstrap": {"servers": "x:1"}}]}, "may hold only"),
+        ({"clusters": [{"name": "a"}]}, "bootstrap.servers"),
+        ({"clusters": [{"name": "a", "bootstrap": {"servers": "x:1"}, "role": "hub"}]}, "role 'hub'"),
+        (
+            {
+                "clusters": [{"name": "a", "bootstrap": {"servers": "x:1"}}],
+                "mirrors": [{"source": "a", "target": "b"}],
+            },
+            "cluster 'b' is not among",
+        ),
+        (
+            {
+                "clusters": [{"name": "a", "bootstrap": {"servers": "x:1"}}],
+                "users": [{"name": "u", "role": "admin"}],
+            },
+            "role 'admin'",
+        ),
+        (
+            {
+                "clusters": [{"name": "a", "bootstrap": {"servers": "x:1"}}],
+                "users": [{"name": "u", "role": "viewer", "password": {"hash": "plain"}}],
+            },
+            "argon2 hash",
+        ),
+        (
+            {
+                "clusters": [{"name": "a", "bootstrap": {"servers": "x:1"}}],
+                "sampling": {"interval": {"ms": 5}},
+            },
+            "100 to",
+        ),
+    ],
+)
+def test_a_wrong_config_says_what_to_write(data: dict, said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        parse(data)
+
+
+def observations(pairs: list[tuple[int, int]]) -> list[Observation]:
+    return [Observation(1000 * i, offset, lag) for i, (offset, lag) in enumerate(pairs)]
+
+
+def test_burrow_ok_when_lag_is_zero_now_or_was_zero_in_the_window() -> None:
+    assert evaluate_partition("p0", observations([(1, 5), (2, 9), (3, 0)]), True, 10).status == OK
+    assert evaluate_partition("p0", observations([(1, 0), (2, 9), (3, 12)]), True, 10).status == OK
+
+
+def test_burrow_stop_when_offsets_stand_still_and_nobody_consumes() -> None:
+    verdict = evaluate_partition("t partition 3", observations([(7, 120), (7, 900), (7, 4000)]), False, 10)
+    assert (verdict.status, verdict.condition) == (ERR, "STOP")
+    assert "t partition 3: offset 7 has not moved for 3 samples" in verdict.rule
+    assert "4,000" in verdict.rule and "120" in verdict.rule
+
+
+def test_burrow_stall_when_members_are_there_but_offsets_do_not_move() -> None:
+    verdict = evaluate_partition("p3", observations([(7, 120), (7, 900), (7, 4000)]), True, 10)
+    assert (verdict.status, verdict.condition) == (ERR, "STALL")
+    assert verdict.rule == "p3: offsets have not moved for 3 samples while lag grew from 120 to 4,000"
+
+
+def test_burrow_rewind_when_the_committed_offset_goes_back() -> None:
+    verdict = evaluate_partition("p1", observations([(50, 3), (60, 4), (20, 40)]), True, 10)
+    assert (verdict.status, verdict.condition) == (ERR, "REWIND")
+    assert "from 60 to 20" in verdict.rule
+
+
+def test_burrow_warn_when_offsets_move_but_lag_grows_every_time() -> None:
+    verdict = evaluate_partition("p2", observations([(10, 5), (12, 8), (14, 20), (16, 31)]), True, 10)
+    assert (verdict.status, verdict.condition) == (WARN, "WARN")
+    assert "lag grew in each of the last 3 intervals, from 5 to 31" in verdict.rule
+    moving_and_shrinking = observations([(10, 5), (12, 8), (20, 6), (22, 9)])
+    assert evaluate_partition("p2", moving_and_shrinking, True, 10).status == OK
+
+
+def test_burrow_looks_only_at_the_window() -> None:
+    old_zero_then_stuck = observations([(1, 0)] + [(5, 10 + i) for i in range(5)])
+    assert evaluate_partition("p", old_zero_then_stuck, True, 3).condition == "STALL"
+    assert evaluate_partition("p", old_zero_then_stuck, True, 10).status == OK
+
+
+def test_an_unusable_history_database_is_named_without_its_password() -> None:
+    with pytest.raises(HistoryUnavailable) as raised:
+        HistoryStore("postgresql+psycopg://console:secret@127.0.0.1:1/history")
+    assert "postgresql+psycopg://console:***@127.0.0.1:1/history" in str(raised.value)
+    assert "secret" not in str(raised.value)
+
+
+def test_charts_escape_names_and_say_when_there_is_no_history() -> None:
+    svg = line_chart([("<b>t</b>/0", [(0, 1), (1000, 5)])], "lag <of> g")
+    assert "<b>t</b>" not in svg and "&lt;b&gt;t&lt;/b&gt;/0" in svg
+    assert svg.count("<polyline") == 1
+    assert "no history yet" in line_chart([("x", [])], "t")
