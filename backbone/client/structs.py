@@ -137,6 +137,17 @@ class RecordList(Sequence[ConsumerRecord]):
             else:
                 yield from items
 
+    def runs(self) -> Iterator[tuple[TimestampType, Sequence[Record]]]:
+        """The records as runs of plain (offset, timestamp, key, value, headers) tuples, each run with its
+        timestamp type: for code that turns records into columns (`zip(*run)`) without making a
+        ConsumerRecord for each."""
+        for kind, items in self._chunks:
+            if kind is not None:
+                yield kind, items
+                continue
+            for r in items:  # finished ConsumerRecords (a deserializer ran): one run each
+                yield r.timestamp_type, ((r.offset, r.timestamp, r.key, r.value, r.headers),)
+
     @overload
     def __getitem__(self, index: int) -> ConsumerRecord: ...
 

@@ -1,0 +1,128 @@
+"""Writing with real Spark to a live broker: batch and streaming, every column of Spark's Kafka sink,
+the count in the query's metrics, and a record the broker refuses failing the job with its error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
+from spark_support import create_topic, produce, unique_topic
+
+from backbone.client import Consumer, TopicPartition
+from backbone.dev.processes import BrokerProcess
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[Any]:
+    """Every record of the topic, read with the plain client (not the data source under test)."""
+    records: list[Any] = []
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        for _ in range(200):
+            for batch in consumer.poll(timeout_ms=200).values():
+                records.extend(batch)
+            if len(records) >= count:
+                break
+    return records
+
+
+def writer(df: Any, broker: BrokerProcess, **options: str) -> Any:
+    builder = df.write.format("backbone").option("kafka.bootstrap.servers", broker.bootstrap).mode("append")
+    for name, value in options.items():
+        builder = builder.option(name, value)
+    return builder
+
+
+def test_a_batch_write_produces_every_column(spark, live_broker: BrokerProcess):
+    topic = unique_topic("write")
+    create_topic(live_broker.bootstrap, topic, 3)
+    schema = StructType(
+        [
+            StructField("key", StringType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("headers", HEADERS),
+        ]
+    )
+    rows = [
+        (
+            None if i % 4 == 0 else f"k{i}",
+            b"v%d" % i,
+            topic,
+            i % 3,
+            [("h", b"%d" % i), ("n", None)] if i % 2 else None,
+        )
+        for i in range(300)
+    ]
+    writer(spark.createDataFrame(rows, schema).repartition(2), live_broker).save()
+    got = consume_all(live_broker.bootstrap, topic, 3, 300)
+    assert sorted((r.value, r.key, r.partition, tuple(r.headers)) for r in got) == sorted(
+        (v, None if k is None else k.encode(), p, tuple(h or ())) for k, v, _, p, h in rows
+    )
+
+
+def test_the_topic_option_wins_over_the_column(spark, live_broker):
+    topic = unique_topic("opt")
+    create_topic(live_broker.bootstrap, topic, 1)
+    df = spark.createDataFrame([("elsewhere", f"v{i}") for i in range(20)], "topic string, value string")
+    writer(df, live_broker, topic=topic).save()
+    assert sorted(r.value for r in consume_all(live_broker.bootstrap, topic, 1, 20)) == sorted(
+        f"v{i}".encode() for i in range(20)
+    )
+
+
+def test_a_streaming_copy_counts_its_records_in_the_progress(spark, live_broker, tmp_path: Path):
+    source, target = unique_topic("from"), unique_topic("to")
+    create_topic(live_broker.bootstrap, source, 2)
+    create_topic(live_broker.bootstrap, target, 2)
+    produced = produce(live_broker.bootstrap, source, 400, 2)
+    df = (
+        spark.readStream.format("backbone")
+        .option("kafka.bootstrap.servers", live_broker.bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "150")
+        .load()
+        .selectExpr("key", "value", "partition")
+    )
+    query = (
+        df.writeStream.format("backbone")
+        .option("kafka.bootstrap.servers", live_broker.bootstrap)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert sum(p["sink"]["numOutputRows"] for p in query.recentProgress) == 400
+    got = consume_all(live_broker.bootstrap, target, 2, 400)
+    assert sorted((r.partition, r.key or b"", r.value) for r in got) == sorted(
+        (r.partition, r.key or b"", r.value) for r in produced
+    )
+
+
+def test_a_refused_record_fails_the_job_with_its_error(spark, live_broker):
+    topic = unique_topic("small")
+    create_topic(live_broker.bootstrap, topic, 1, **{"max.message.bytes": "2000"})
+    df = spark.createDataFrame([("x" * 10_000,)], "value string")
+    with pytest.raises(Exception, match=r"writing a record failed: .*(TooLarge|too large)"):
+        writer(df, live_broker, topic=topic).save()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "options", "message"),
+    [
+        ("key string", {"topic": "t"}, "the sink needs a 'value' column"),
+        ("value string", {}, "'topic' column or the 'topic' option"),
+        ("value int", {"topic": "t"}, "column 'value' must be binary or string"),
+        ("value string", {"topic": "t", "kafka.acks": "1"}, "option 'kafka.acks' must be 'all'"),
+    ],
+)
+def test_bad_columns_and_options_name_what_is_wrong(spark, live_broker, ddl, options, message):
+    df = spark.createDataFrame([], ddl)
+    with pytest.raises(Exception, match=message):
+        writer(df, live_broker, **options).save()
