@@ -22,6 +22,8 @@ _COMMAND_MODULES = (
     "perf",
     "mirror",
     "audit",
+    "schema_registry",
+    "generate",
     "health",
     "console",
 )

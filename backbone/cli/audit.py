@@ -57,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--interval-ms", type=int_at_least(1), default=10_000, help="how often counts are published"
     )
     count.add_argument("--group", help="consumer group id (default audit-TIER)")
-    count.add_argument("--exclude", default=r"__.*", help="topics not counted (default __.*, internal)")
+    count.add_argument(
+        "--exclude", default=r"__.*|_schemas", help="topics not counted (default __.*|_schemas, internal)"
+    )
     count.set_defaults(handler=reports_failures(_count))
 
     report = actions.add_parser(

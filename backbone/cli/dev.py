@@ -56,6 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--console-interval-ms", type=int, default=5000, help="the console's sampling interval (default 5000)"
     )
+    up.add_argument(
+        "--generate",
+        type=float,
+        nargs="?",
+        const=50.0,
+        default=0.0,
+        metavar="RATE",
+        help="also run `backbone generate` in each datacenter (RATE events/s, default 50)",
+    )
     up.set_defaults(handler=reports_failures(run_up))
 
     down = actions.add_parser("down", help="stop everything `dev up` started")
@@ -75,7 +84,13 @@ def run_up(args: argparse.Namespace) -> int:
     if not clusters or args.brokers < 1:
         raise UsageError("give at least one cluster name and --brokers of 1 or more")
     try:
-        started = topology.up(args.dir, clusters, args.brokers, console_interval_ms=args.console_interval_ms)
+        started = topology.up(
+            args.dir,
+            clusters,
+            args.brokers,
+            console_interval_ms=args.console_interval_ms,
+            generate_rate=args.generate,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except StartError as exc:
@@ -93,6 +108,10 @@ def run_up(args: argparse.Namespace) -> int:
     if "console" in started.data:
         entry = started.data["console"]
         print(f"{'console':>10}: {entry['url']}  user {entry['user']}  password {entry['password']}")
+    if "schema_registry" in started.data:
+        print(
+            f"{'registry':>10}: {started.data['schema_registry']['url']}  (schemas in aggregate's _schemas)"
+        )
     bootstrap = first["bootstrap"].split(",")[0]
     aggregate = started.data["clusters"].get("aggregate", first)["bootstrap"].split(",")[0]
     print(

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--target-alias", help="the target cluster's name (default aggregate)")
     parser.add_argument("--topics", help="topics to mirror, comma separated")
     parser.add_argument("--topics-regex", metavar="REGEX", help="mirror every topic whose whole name matches")
-    parser.add_argument("--exclude", metavar="REGEX", help="never mirror these (default __.*)")
+    parser.add_argument("--exclude", metavar="REGEX", help="never mirror these (default __.*|_schemas)")
     parser.add_argument("--group", help="consumer group id (default mirror-SOURCE-TARGET)")
     parser.add_argument("--instance-id", help="static group membership: a restarted mirror resumes at once")
     parser.add_argument(

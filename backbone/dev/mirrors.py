@@ -17,7 +17,7 @@ from backbone.dev.processes import start_until_line
 AGGREGATE = "aggregate"
 # Mirror metrics listen from 9400 (one port per datacenter, in cluster order) when those ports are free.
 FIRST_METRICS_PORT = 9400
-INTERNAL_TOPICS = r"__.*"
+INTERNAL_TOPICS = r"__.*|_schemas"  # _schemas: the schema registry's, kept in one cluster
 READY_TIMEOUT_S = 60.0
 # Logged once the mirror reached both clusters and serves its metrics, just before it joins its group.
 READY_LINE = "event=mirror_started"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev import auditors, console, mirrors
+from backbone.dev import auditors, console, mirrors, registry
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,17 @@ class DevTopology:
         clusters), brokers, then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
         watching = [self.data["console"]] if "console" in self.data else []  # it only reads: stopped first
-        return [*watching, *self.auditors, *self.mirrors, *found, self.data["zookeeper"]]
+        generators = self.data.get("generators", [])  # before the counters, so they count every record
+        schema_registry = [self.data["schema_registry"]] if "schema_registry" in self.data else []
+        return [
+            *watching,
+            *generators,
+            *self.auditors,
+            *self.mirrors,
+            *schema_registry,
+            *found,
+            self.data["zookeeper"],
+        ]
 
 
 LOCK_FILE = "up.lock"
@@ -158,10 +168,13 @@ def up(
     progress: Callable[[str], None] = print,
     preferred_ports: bool = True,
     console_interval_ms: int = console.DEFAULT_INTERVAL_MS,
+    generate_rate: float = 0.0,
 ) -> DevTopology:
     directory = directory.resolve()
     with _only_one_up(directory, progress):
-        return _up(directory, clusters, brokers, progress, preferred_ports, console_interval_ms)
+        return _up(
+            directory, clusters, brokers, progress, preferred_ports, console_interval_ms, generate_rate
+        )
 
 
 def _up(
@@ -171,6 +184,7 @@ def _up(
     progress: Callable[[str], None],
     preferred_ports: bool,
     console_interval_ms: int,
+    generate_rate: float,
 ) -> DevTopology:
     existing = DevTopology.load(directory)
     if existing is not None:
@@ -219,6 +233,27 @@ def _up(
             )
             topology.mirrors.append(entry)
             topology.save()
+        if mirrors.AGGREGATE in clusters:  # the registry keeps its schemas in the aggregate cluster
+            port = ports.pick(registry.PREFERRED_PORT)
+            progress(f"starting the schema registry on http://{HOST}:{port}")
+            bootstrap = data["clusters"][mirrors.AGGREGATE]["bootstrap"]
+            data["schema_registry"] = registry.start(directory, bootstrap, HOST, port, started_mirrors)
+            topology.save()
+            for name in clusters if generate_rate > 0 else ():
+                if name != mirrors.AGGREGATE:
+                    progress(f"starting the traffic generator of {name} ({generate_rate:g} events/s)")
+                    url = data["schema_registry"]["url"]
+                    entry = registry.start_generator(
+                        directory,
+                        name,
+                        data["clusters"],
+                        url,
+                        mirrors.AGGREGATE,
+                        generate_rate,
+                        started_mirrors,
+                    )
+                    data.setdefault("generators", []).append(entry)
+                    topology.save()
         for tier in auditors.tiers(clusters):
             progress(f"starting audit count {tier}")
             topology.auditors.append(auditors.start(directory, tier, data["clusters"], started_mirrors))
@@ -395,6 +430,13 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
         rows.append((f"console {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"])))
     for auditor in topology.auditors:
         rows.append((auditor["name"], auditor["pid"], process_alive(auditor["pid"], auditor["marker"])))
+    for entry in topology.data.get("generators", []):
+        rows.append((entry["name"], entry["pid"], process_alive(entry["pid"], entry["marker"])))
+    if "schema_registry" in topology.data:
+        entry = topology.data["schema_registry"]
+        rows.append(
+            (f"schema registry {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"]))
+        )
     zk = topology.data["zookeeper"]
     rows.append((f"zookeeper {zk['connect']}", zk["pid"], process_alive(zk["pid"], zk["marker"])))
     return rows

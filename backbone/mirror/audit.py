@@ -43,7 +43,7 @@ from backbone.client.audit import (
 log = logging.getLogger(__name__)
 
 _POLL_MS = 500
-INTERNAL_TOPICS = r"__.*"
+INTERNAL_TOPICS = r"__.*|_schemas"  # _schemas: the schema registry's, kept in one cluster
 
 
 def mirror_tier(source_alias: str, target_alias: str) -> str:

@@ -40,7 +40,12 @@ SPECS = {
         Property("target.alias", str, "aggregate", doc="the target cluster's name"),
         Property("topics", list, [], doc="topics to mirror, comma separated"),
         Property("topics.regex", str, "", doc="mirror every topic whose whole name matches"),
-        Property("topics.exclude", str, r"__.*", doc="never mirror topics whose whole name matches"),
+        Property(
+            "topics.exclude",
+            str,
+            r"__.*|_schemas",
+            doc="never mirror topics whose whole name matches (internal ones, the schema registry's)",
+        ),
         Property("group.id", str, "", doc="the consumer group (default mirror-<source>-<target>)"),
         Property(
             "instance.id",

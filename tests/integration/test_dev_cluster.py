@@ -125,8 +125,8 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
             assert b"backbone_broker_leader_partitions" in page.read()
     assert [a["tier"] for a in topology["auditors"]] == ["dc1", "dc2", "aggregate"]
     status = backbone("dev", "status", "--dir", str(dev_dir))
-    # 3 brokers, 2 mirrors, 3 audit counters, ZooKeeper and the console
-    assert status.returncode == 0 and status.stdout.count("running") == 10
+    # 3 brokers, 2 mirrors, 3 audit counters, the schema registry, ZooKeeper and the console
+    assert status.returncode == 0 and status.stdout.count("running") == 11
     console = topology["console"]
     assert f"console: {console['url']}  user operator  password {console['password']}" in started.stdout
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
@@ -137,6 +137,8 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         console["url"] + "login", data=urllib.parse.urlencode(form).encode(), timeout=10
     ) as page:
         assert page.status == 200 and page.url == console["url"], "logged in and sent to the overview"
+    with urllib.request.urlopen(topology["schema_registry"]["url"] + "/subjects", timeout=10) as subjects:
+        assert json.loads(subjects.read()) == []
 
     # The same topic in both datacenters merges into one topic of the aggregate, each record marked with
     # where it came from.
@@ -160,7 +162,7 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
     assert restarted["pid"] != victim["pid"] and process_alive(restarted["pid"], restarted["marker"])
 
     stopped = backbone("dev", "down", "--dir", str(dev_dir))
-    assert stopped.returncode == 0 and "stopped 10 process(es)" in stopped.stdout
+    assert stopped.returncode == 0 and "stopped 11 process(es)" in stopped.stdout
     lines = stopped.stdout.splitlines()
     assert lines[0].startswith("stopping console"), "the console first: it only reads"
     assert all(line.startswith("stopping audit count") for line in lines[1:4]), "then the counters"

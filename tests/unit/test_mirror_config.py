@@ -44,6 +44,7 @@ def test_topic_selection_by_list_or_regex_with_exclusions() -> None:
     assert not matches(listed, "axb") and not matches(listed, "pageviews2")
     everything = config(topics_regex=".*")
     assert matches(everything, "clicks") and not matches(everything, "__consumer_offsets")
+    assert not matches(everything, "_schemas")  # the schema registry's topic stays in its one cluster
     some = config(topics_regex="logs-.*", topics_exclude="logs-debug|__.*")
     assert matches(some, "logs-web") and not matches(some, "logs-debug") and not matches(some, "metrics")
     assert re.compile(some.subscription_pattern())

@@ -1,0 +1,113 @@
+"""The schema registry of `backbone dev up`: one `backbone schema-registry` beside the aggregate cluster,
+its schemas in the aggregate's `_schemas` topic (which the mirrors never copy), its URL in topology.json
+as `schema_registry.url`; and with `--generate`, one `backbone generate` per datacenter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from backbone.dev.processes import start_until_line
+
+PREFERRED_PORT = 8081
+READY_LINE = "event=schema_registry_started"  # backbone.schema_registry.server.READY_LINE
+GENERATOR_READY_LINE = "event=generate_started"  # backbone.tracking.generator.READY_LINE
+READY_TIMEOUT_S = 60.0
+
+
+def write_config(path: Path, bootstrap: str, host: str, port: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"listeners=http://{host}:{port}\nkafkastore.bootstrap.servers={bootstrap}\nkafkastore.topic=_schemas\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def command(config: Path, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "backbone", "--log-level", "INFO", "schema-registry", "--config", str(config)]
+
+
+def start(
+    directory: Path, bootstrap: str, host: str, port: int, started: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    """Start a registry detached, wait until it loaded the schemas topic and serves, and return its
+    topology.json entry; the process is appended to `started` so a caller can stop it on a later failure."""
+    config = write_config(directory / "schema-registry" / "registry.properties", bootstrap, host, port)
+    output = directory / "schema-registry" / "registry.out"
+    start_command = command(config)
+    process = start_until_line(start_command, output, READY_LINE, "schema registry", timeout=READY_TIMEOUT_S)
+    started.append(process)
+    return {
+        "name": "schema registry",
+        "url": f"http://{host}:{port}",
+        "host": host,
+        "port": port,
+        "pid": process.pid,
+        "start": start_command,
+        "marker": str(config),
+        "output": str(output),
+        "ready": READY_LINE,
+    }
+
+
+def generator_command(
+    datacenter: str,
+    bootstrap: str,
+    registry_url: str,
+    audit_bootstrap: str,
+    rate: float,
+    python: str = sys.executable,
+) -> list[str]:
+    """`backbone generate` into one datacenter until stopped, its audit counts sent to the aggregate."""
+    return [
+        python,
+        "-m",
+        "backbone",
+        "--log-level",
+        "INFO",
+        "generate",
+        "--bootstrap-server",
+        bootstrap,
+        "--schema-registry",
+        registry_url,
+        "--datacenter",
+        datacenter,
+        "--rate",
+        str(rate),
+        "--duration",
+        "0",
+        "--audit-bootstrap",
+        audit_bootstrap,
+    ]
+
+
+def start_generator(
+    directory: Path,
+    datacenter: str,
+    clusters: dict[str, dict[str, Any]],
+    registry_url: str,
+    aggregate: str,
+    rate: float,
+    started: list[subprocess.Popen[bytes]],
+) -> dict[str, Any]:
+    bootstrap = clusters[datacenter]["bootstrap"]
+    start_command = generator_command(
+        datacenter, bootstrap, registry_url, clusters[aggregate]["bootstrap"], rate
+    )
+    output = directory / "generators" / f"{datacenter}.out"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    name = f"generator {datacenter}"
+    process = start_until_line(start_command, output, GENERATOR_READY_LINE, name, timeout=READY_TIMEOUT_S)
+    started.append(process)
+    marker = f"generate --bootstrap-server {bootstrap}"
+    return {
+        "name": name,
+        "pid": process.pid,
+        "start": start_command,
+        "marker": marker,
+        "output": str(output),
+        "ready": GENERATOR_READY_LINE,
+    }
