@@ -7,9 +7,11 @@ request's own body, so the socket's bytes land in place) and splits out frames, 
 at a time by the connection's own task, so responses go out in request order however many requests a client
 pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
 
-Room for security: a listener's security protocol decides how its transport is made (`ssl_context()` for
-SSL, None for PLAINTEXT) and a connection carries an `authenticator` step that sees every request before
-dispatch (SASL handshake and authentication hook in there); PLAINTEXT's lets everything through.
+Security hooks in here (the pieces are in `backbone.broker.security`): a listener's `tls` context wraps its
+transport (SSL, SASL_SSL), and a connection's `authenticator` learns of the connection once it is made
+(a client certificate's principal), sees every request before dispatch (SASL lets nothing else through
+before authentication) and may take the raw tokens of a v0 SASL handshake; PLAINTEXT's lets everything
+through.
 """
 
 from __future__ import annotations
@@ -82,6 +84,14 @@ class Principal:
 class PassThroughAuthenticator:
     """PLAINTEXT: every request is allowed as the anonymous principal."""
 
+    expects_raw_token = False
+
+    def connected(self, connection: Connection) -> None:
+        pass
+
+    async def raw_token(self, connection: Connection, frame: memoryview) -> None:  # pragma: no cover
+        raise NotImplementedError
+
     def admit(self, connection: Connection, header: RequestHeader) -> bool:
         return True
 
@@ -112,6 +122,7 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.listener.connections.add(self)
+        self.authenticator.connected(self)
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"connection {self.peer}")
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -184,6 +195,9 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
 
     async def _handle(self, frame: memoryview) -> None:
+        if self.authenticator.expects_raw_token:
+            await self.authenticator.raw_token(self, frame)
+            return
         try:
             header, body_offset = decode_request_header(frame)
         except KafkaError as exc:
@@ -285,11 +299,11 @@ class Listener:
         self.max_request_bytes = max_request_bytes
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
-        self.authenticator_factory: Callable[[], PassThroughAuthenticator] = PassThroughAuthenticator
+        self.authenticator_factory: Callable[[], Any] = PassThroughAuthenticator
+        self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        # SSL listeners will build their context here from ssl.* properties.
-        return None
+        return self.tls
 
     @property
     def port(self) -> int:

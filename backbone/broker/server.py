@@ -26,6 +26,7 @@ from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
+from backbone.broker.security.listeners import inter_broker_security, secure_listener
 from backbone.coordination import (
     BrokerAlreadyRegisteredError,
     BrokerRegistration,
@@ -34,6 +35,7 @@ from backbone.coordination import (
     CoordinationError,
     EndPoint,
     PartitionState,
+    ScramCredential,
     Watch,
 )
 from backbone.log import LogManager
@@ -82,6 +84,7 @@ class Broker(MetadataListener):
                 partition_max_bytes=config["replica.fetch.max.bytes"],
                 backoff_ms=config["replica.fetch.backoff.ms"],
                 socket_timeout_ms=config["replica.socket.timeout.ms"],
+                security=inter_broker_security(config),
             ),
         )
         self.controller = Controller(self)
@@ -94,6 +97,7 @@ class Broker(MetadataListener):
             self._liveness_changed,
             interval_ms=config["broker.liveness.probe.interval.ms"],
             timeout_ms=config["broker.liveness.timeout.ms"],
+            security=inter_broker_security(config),
         )
         self._shutdown_watch: Watch | None = None
         self.listeners: list[Listener] = []
@@ -113,6 +117,9 @@ class Broker(MetadataListener):
         """Run a blocking ZooKeeper call off the event loop."""
         return await asyncio.to_thread(function, *args, **kwargs)
 
+    async def _scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        return await self.zk(self.store.scram_credentials, user)
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -126,6 +133,7 @@ class Broker(MetadataListener):
             listener = Listener(
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
             )
+            secure_listener(listener, self.config, self._scram_credentials)
             await listener.start()
             self.listeners.append(listener)
         self.sync = MetadataSync(self.store, self.cache, loop)

@@ -51,6 +51,9 @@ Ranges, and why (key in brackets):
 - DeleteRecords [21] 0-2, OffsetForLeaderEpoch [23] 2-4, DescribeConfigs [32] 1-4,
   AlterConfigs [33] 0-2, CreatePartitions [37] 0-3, DeleteGroups [42] 0-2,
   IncrementalAlterConfigs [44] 0-1, OffsetDelete [47] 0: every version kio has.
+- SaslHandshake [17] 0-1, SaslAuthenticate [36] 0-2, DescribeUserScramCredentials [50] 0,
+  AlterUserScramCredentials [51] 0: every version kio has (v0 handshakes are followed by raw SASL tokens,
+  v1 by SaslAuthenticate requests; SaslAuthenticate v1+ carries the session lifetime, KIP-368).
 
 Produce is advertised from version 0 although versions 0-2 are refused (UNSUPPORTED_VERSION):
 librdkafka enables compression only when the broker lists Produce v0, so Apache Kafka 4.0 does
@@ -104,6 +107,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -113,6 +117,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -120,6 +125,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
 
 
@@ -180,6 +187,10 @@ SUPPORTED_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_LOG_DIRS: _R(1, 4),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: _R(0, 0),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: _R(0, 0),
+        ApiKey.SASL_HANDSHAKE: _R(0, 1),
+        ApiKey.SASL_AUTHENTICATE: _R(0, 2),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _R(0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _R(0, 0),
     }
 )
 """The default range of each API (see the module docstring for why)."""
