@@ -26,6 +26,7 @@ from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
+from backbone.broker.security.authorizer import Authorizer, keep_loaded
 from backbone.broker.security.listeners import inter_broker_security, secure_listener
 from backbone.coordination import (
     BrokerAlreadyRegisteredError,
@@ -100,6 +101,8 @@ class Broker(MetadataListener):
             security=inter_broker_security(config),
         )
         self._shutdown_watch: Watch | None = None
+        self.authorizer = Authorizer.from_config(config.values)
+        self._acl_watches: list[Watch] = []
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -149,6 +152,8 @@ class Broker(MetadataListener):
         self._shutdown_watch = await self.zk(
             self.store.watch_controlled_shutdowns, self._shutdowns_threadsafe
         )
+        if self.authorizer.enabled:
+            self._acl_watches = await keep_loaded(self.authorizer, self.store)
         # Clients are served only now: an earlier Metadata answer would list no brokers, not even this one.
         for listener in self.listeners:
             await listener.start_serving()
@@ -236,6 +241,8 @@ class Broker(MetadataListener):
         await self.group_coordination.stop()  # pending joins and syncs answer NOT_COORDINATOR
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
+        for watch in self._acl_watches:
+            watch.cancel()
         if await self.controller.stop():
             await self._bounded_zk("resign as controller", self.store.resign_controller)
         log.debug("event=shutdown_step step=listeners")

@@ -2,6 +2,7 @@
 partition state, configs, and the launcher for the real ZooKeeper server. The only room that talks
 to kazoo; nothing kazoo raises leaves it (see `errors`)."""
 
+from backbone.coordination.acls import AclBinding
 from backbone.coordination.assignment import BrokerPlacement, assign_replicas
 from backbone.coordination.brokers import ControllerEpoch
 from backbone.coordination.configs import ConfigChange
@@ -28,6 +29,7 @@ from backbone.coordination.zookeeper_server import ZooKeeperServer, find_free_po
 
 __all__ = [
     "SCRAM_MECHANISMS",
+    "AclBinding",
     "BrokerAlreadyRegisteredError",
     "BrokerPlacement",
     "BrokerRegistration",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from scramp import ScramMechanism
 
 from backbone.coordination import paths
-from backbone.coordination.configs import ConfigOps
+from backbone.coordination.acls import AclOps
 from backbone.coordination.session import translate_errors
 
 __all__ = ["SCRAM_MECHANISMS", "CredentialOps", "ScramCredential"]
@@ -85,7 +85,7 @@ def check_mechanism(mechanism: str) -> None:
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r}; one of {', '.join(SCRAM_MECHANISMS)}")
 
 
-class CredentialOps(ConfigOps):
+class CredentialOps(AclOps):
     """Read and write users' SCRAM credentials."""
 
     def scram_credentials(self, user: str) -> dict[str, ScramCredential]:

@@ -51,6 +51,8 @@ Ranges, and why (key in brackets):
 - DeleteRecords [21] 0-2, OffsetForLeaderEpoch [23] 2-4, DescribeConfigs [32] 1-4,
   AlterConfigs [33] 0-2, CreatePartitions [37] 0-3, DeleteGroups [42] 0-2,
   IncrementalAlterConfigs [44] 0-1, OffsetDelete [47] 0: every version kio has.
+- DescribeAcls [29], CreateAcls [30], DeleteAcls [31] 1-2: 1 added prefixed patterns (KIP-290), 2 is
+  the first flexible one; 3 changes nothing on the wire but makes kafka-python infer a 3.3 broker.
 - SaslHandshake [17] 0-1, SaslAuthenticate [36] 0-2, DescribeUserScramCredentials [50] 0,
   AlterUserScramCredentials [51] 0: every version kio has (v0 handshakes are followed by raw SASL tokens,
   v1 by SaslAuthenticate requests; SaslAuthenticate v1+ carries the session lifetime, KIP-368).
@@ -114,6 +116,9 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -187,6 +192,9 @@ SUPPORTED_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_LOG_DIRS: _R(1, 4),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: _R(0, 0),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: _R(0, 0),
+        ApiKey.DESCRIBE_ACLS: _R(1, 2),
+        ApiKey.CREATE_ACLS: _R(1, 2),
+        ApiKey.DELETE_ACLS: _R(1, 2),
         ApiKey.SASL_HANDSHAKE: _R(0, 1),
         ApiKey.SASL_AUTHENTICATE: _R(0, 2),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _R(0, 0),

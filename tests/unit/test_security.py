@@ -10,10 +10,11 @@ import hmac
 import pytest
 from scramp import ScramClient
 
+from backbone.broker.security.authorizer import Authorizer
 from backbone.broker.security.config import jaas_credentials
 from backbone.broker.security.scram_server import ScramError, ScramServer, client_first_user
 from backbone.broker.security.tls import PrincipalMapper, distinguished_name
-from backbone.coordination import ScramCredential
+from backbone.coordination import AclBinding, ScramCredential
 from backbone.properties import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -109,3 +110,46 @@ def test_the_scram_server_takes_a_nonce_that_ends_with_its_own_as_kafka_does() -
     assert server.server_final(f"{without_proof},p={proof}").startswith("v=")
     with pytest.raises(ScramError, match="nonce"):
         server.server_final(f"c=biws,r=other,p={proof}")
+
+
+def acl(
+    name: str, operation: str, *, principal: str = "User:alice", permission: str = "ALLOW", **kw: str
+) -> AclBinding:
+    return AclBinding(
+        kw.get("resource_type", "TOPIC"),
+        name,
+        kw.get("pattern_type", "LITERAL"),
+        principal,
+        kw.get("host", "*"),
+        operation,
+        permission,
+    )
+
+
+def test_the_authorizer_follows_kafkas_rules() -> None:
+    authorizer = Authorizer(enabled=True, super_users={"User:root"}, allow_if_no_acl=False)
+    authorizer.load(
+        [
+            acl("orders", "READ"),
+            acl("*", "DESCRIBE", principal="User:*"),
+            acl("app-", "ALL", pattern_type="PREFIXED"),
+            acl("app-secret", "ALL", permission="DENY"),
+            acl("group-1", "READ", resource_type="GROUP", host="10.0.0.1"),
+            acl("audit", "ALTER_CONFIGS"),
+        ]
+    )
+    allowed = authorizer.allowed
+    assert allowed("User:alice", "1.2.3.4", "READ", "TOPIC", "orders")
+    assert not allowed("User:alice", "1.2.3.4", "WRITE", "TOPIC", "orders")
+    assert allowed("User:bob", "1.2.3.4", "DESCRIBE", "TOPIC", "orders")  # User:* on *
+    assert allowed("User:alice", "1.2.3.4", "WRITE", "TOPIC", "app-x")  # prefixed ALL
+    assert not allowed("User:alice", "1.2.3.4", "READ", "TOPIC", "app-secret")  # deny beats allow
+    assert allowed("User:alice", "10.0.0.1", "READ", "GROUP", "group-1")
+    assert not allowed("User:alice", "10.0.0.2", "READ", "GROUP", "group-1")  # host rule
+    assert allowed("User:alice", "1.2.3.4", "DESCRIBE_CONFIGS", "TOPIC", "audit")  # implied
+    assert not allowed("User:alice", "1.2.3.4", "READ", "GROUP", "group-2")  # no ACL found
+    assert allowed("User:root", "1.2.3.4", "ALTER", "CLUSTER", "kafka-cluster")  # super user
+    open_authorizer = Authorizer(enabled=True, super_users=set(), allow_if_no_acl=True)
+    open_authorizer.load([acl("orders", "READ")])
+    assert open_authorizer.allowed("User:bob", "1.2.3.4", "WRITE", "TOPIC", "elsewhere")  # no ACL found
+    assert not open_authorizer.allowed("User:bob", "1.2.3.4", "READ", "TOPIC", "orders")  # named: closed

@@ -31,6 +31,7 @@ HANDLER_MODULES = (
     "group_listing",
     "sasl",
     "scram_credentials",
+    "acls",
 )
 
 

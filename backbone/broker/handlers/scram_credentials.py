@@ -27,6 +27,13 @@ def register(broker: Broker) -> None:
     async def describe(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, context.api_version)
+        if not broker.authorizer.check_cluster(context, "DESCRIBE"):
+            return module.DescribeUserScramCredentialsResponse(
+                throttle_time=throttle(),
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message="DESCRIBE on the cluster is needed",
+                results=(),
+            )
         if request.users is None or not request.users:
             names = list(await broker.zk(broker.store.scram_users))
             explicit = False
@@ -66,8 +73,15 @@ def register(broker: Broker) -> None:
             (change.name, int(change.mechanism)) for change in (*request.deletions, *request.upsertions)
         )
         outcome: dict[str, tuple[ErrorCode, str | None]] = {}
+        allowed = broker.authorizer.check_cluster(context, "ALTER")
         for change in (*request.deletions, *request.upsertions):
             if change.name in outcome:
+                continue
+            if not allowed:
+                outcome[change.name] = (
+                    ErrorCode.cluster_authorization_failed,
+                    "ALTER on the cluster is needed",
+                )
                 continue
             outcome[change.name] = await _apply(broker, change, named, upsert=change in request.upsertions)
         return module.AlterUserScramCredentialsResponse(

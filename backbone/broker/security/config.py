@@ -46,6 +46,19 @@ SECURITY_PROPERTIES: dict[str, Property] = {
         _P("sasl.mechanism.inter.broker.protocol", str, "SCRAM-SHA-512", choices=SASL_MECHANISMS),
         _P("sasl.jaas.config", str, None, 'the inter-broker login: ... username="..." password="...";'),
         _P(
+            "authorizer.class.name",
+            str,
+            "",
+            "set (e.g. kafka.security.authorizer.AclAuthorizer) to enforce ACLs",
+        ),
+        _P(
+            "super.users",
+            str,
+            "",
+            "principals every ACL check allows, separated by ';' (User:admin;User:broker)",
+        ),
+        _P("allow.everyone.if.no.acl.found", bool, False, "a resource no ACL names is open to everyone"),
+        _P(
             "connections.max.reauth.ms",
             int,
             0,
