@@ -248,6 +248,11 @@ class ApiTable(Generic[H]):
             raise ValueError(f"{api_key.name} versions {versions} exceed what kio can decode ({decodable})")
         self._entries[api_key] = _Entry(handler, versions)
 
+    def replace(self, api_key: ApiKey, handler: H) -> None:
+        """Serve a registered API with another handler (one that wraps the first), same versions."""
+        entry = self._entries[ApiKey(api_key)]
+        self._entries[api_key] = _Entry(handler, entry.versions)
+
     def versions(self, api_key: int) -> VersionRange | None:
         entry = self._entries.get(api_key)
         return None if entry is None else entry.versions

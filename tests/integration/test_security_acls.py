@@ -92,6 +92,22 @@ def produce(producer: kafka.KafkaProducer, topic: str) -> str:
         return type(exc).__name__
 
 
+def consume(port: int, group: str) -> str:
+    """ "ok" once alice's consumer in `group` reads a record of orders, or the error's name."""
+    consumer = kafka.KafkaConsumer(
+        "orders", group_id=group, auto_offset_reset="earliest", **sasl(port, "alice")
+    )
+    try:
+        for _ in range(40):
+            if any(consumer.poll(timeout_ms=500).values()):
+                return "ok"
+        return "nothing read"
+    except kafka.errors.KafkaError as exc:
+        return type(exc).__name__
+    finally:
+        consumer.close()
+
+
 def test_the_acl_matrix(acl_broker, wait_for) -> None:
     process, port = acl_broker
     admin = kafka.KafkaAdminClient(**sasl(port, "admin"))
@@ -109,9 +125,17 @@ def test_the_acl_matrix(acl_broker, wait_for) -> None:
                 acl("User:alice", "mixed-secret", ACLOperation.WRITE, deny=True),
                 acl("User:alice", "hosted", ACLOperation.WRITE, host="10.9.9.9"),
                 acl("User:bob", "hosted", ACLOperation.WRITE, host="127.0.0.1"),
+                acl("User:alice", "orders", ACLOperation.READ),
+                ACL(
+                    principal="User:alice",
+                    host="*",
+                    operation=ACLOperation.READ,
+                    permission_type=ACLPermissionType.ALLOW,
+                    resource_pattern=ResourcePattern(ResourceType.GROUP, "alice-group"),
+                ),
             ]
         )
-        assert not result["failed"] and len(result["succeeded"]) == 7
+        assert not result["failed"] and len(result["succeeded"]) == 9
         alice, bob, root = producers["alice"], producers["bob"], producers["admin"]
         # The broker reloads its ACLs on the change notification; wait until the first one counts.
         wait_for(lambda: produce(alice, "orders") == "ok", timeout=20, what="alice's ACL to take effect")
@@ -142,7 +166,10 @@ def test_the_acl_matrix(acl_broker, wait_for) -> None:
             resource_pattern=ResourcePatternFilter(ResourceType.TOPIC, None, ACLResourcePatternType.ANY),
         )
         described, error = admin.describe_acls(everything)
-        assert error is kafka.errors.NoError and len(described) == 7
+        assert error is kafka.errors.NoError and len(described) == 8  # the topics' ACLs
+        # Groups: alice consumes in the group she may read, and is refused another.
+        assert consume(port, "alice-group") == "ok"
+        assert consume(port, "bob-group") == "GroupAuthorizationFailedError"
         assert (
             "event=authorization_refused principal=User:alice host=127.0.0.1 operation=WRITE"
             in process.output()
