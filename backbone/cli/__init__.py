@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "mirror",
     "audit",
     "users",
+    "acls",
 )
 
 

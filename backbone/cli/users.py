@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.set_defaults(handler=delete_user)
 
 
-def _store(args: argparse.Namespace) -> ClusterStore:
+def open_store(args: argparse.Namespace) -> ClusterStore:
     from backbone.coordination import ClusterStore
 
     if not args.zookeeper:
@@ -85,7 +85,7 @@ def add_user(args: argparse.Namespace) -> int:
 
     password = _password(args)
     mechanisms = args.mechanism or list(MECHANISMS)
-    with _store(args) as store:
+    with open_store(args) as store:
         for mechanism in mechanisms:
             credential = ScramCredential.from_password(mechanism, password, args.iterations)
             store.set_scram_credential(args.name, mechanism, credential)
@@ -94,14 +94,14 @@ def add_user(args: argparse.Namespace) -> int:
 
 
 def list_users(args: argparse.Namespace) -> int:
-    with _store(args) as store:
+    with open_store(args) as store:
         for user, mechanisms in store.scram_users().items():
             print(f"{user}\t{','.join(mechanisms)}")
     return 0
 
 
 def delete_user(args: argparse.Namespace) -> int:
-    with _store(args) as store:
+    with open_store(args) as store:
         removed = [m for m in args.mechanism or MECHANISMS if store.delete_scram_credential(args.name, m)]
     if not removed:
         print(f"backbone users: {args.name} has no such credentials", file=sys.stderr)

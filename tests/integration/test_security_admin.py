@@ -134,3 +134,24 @@ def test_brokers_replicate_over_a_sasl_ssl_inter_broker_listener(
     finally:
         for broker in brokers:
             broker.stop(timeout=15)
+
+
+def test_acls_command_adds_lists_and_removes_acls(zookeeper, chroot: str) -> None:
+    zk = ["--zookeeper", zookeeper.connect_string + chroot]
+    grant = ["--allow-principal", "User:alice", "--operation", "Read", "--operation", "Describe"]
+    run_ok("acls", "add", "--topic", "orders", *grant, *zk)
+    run_ok("acls", "add", "--group", "app-", "--resource-pattern-type", "prefixed", *grant[:4], *zk)
+    run_ok("acls", "add", "--topic", "orders", "--deny-principal", "User:bob", "--operation", "Write", *zk)
+    listed = run_ok("acls", "list", *zk).decode().splitlines()
+    assert listed == [
+        "GROUP:PREFIXED:app-\tUser:alice\tALLOW\tREAD\thost=*",
+        "TOPIC:LITERAL:orders\tUser:alice\tALLOW\tDESCRIBE\thost=*",
+        "TOPIC:LITERAL:orders\tUser:alice\tALLOW\tREAD\thost=*",
+        "TOPIC:LITERAL:orders\tUser:bob\tDENY\tWRITE\thost=*",
+    ]
+    run_ok("acls", "remove", "--topic", "orders", *grant, *zk)
+    assert run_ok("acls", "list", "--topic", "orders", *zk).decode().splitlines() == [
+        "TOPIC:LITERAL:orders\tUser:bob\tDENY\tWRITE\thost=*"
+    ]
+    missing = run("acls", "add", "--topic", "orders", "--operation", "Read", *zk)
+    assert missing.returncode == 2 and b"--allow-principal" in missing.stderr
