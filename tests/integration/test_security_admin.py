@@ -155,3 +155,17 @@ def test_acls_command_adds_lists_and_removes_acls(zookeeper, chroot: str) -> Non
     ]
     missing = run("acls", "add", "--topic", "orders", "--operation", "Read", *zk)
     assert missing.returncode == 2 and b"--allow-principal" in missing.stderr
+
+
+def test_commands_take_a_command_config_with_security_settings(
+    secure_broker, certificates: Path, tmp_path: Path
+) -> None:
+    _, sasl_port, _ = secure_broker
+    settings = secure_client(certificates, sasl_port)
+    config_file = tmp_path / "client.properties"
+    config_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"))
+    server = ["--bootstrap-server", f"127.0.0.1:{sasl_port}"]
+    run_ok("topics", "create", "secured", "--partitions", "1", *server, "--command-config", str(config_file))
+    assert "secured" in run_ok("topics", "list", *server, "--command-config", str(config_file)).decode()
+    refused = run("topics", "list", *server, "--request-timeout-ms", "3000")  # TLS and SASL left out
+    assert refused.returncode != 0
