@@ -27,7 +27,7 @@ from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
 from backbone.broker.security.authorizer import Authorizer, keep_loaded
-from backbone.broker.security.guards import guard_group_apis
+from backbone.broker.security.guards import guard_apis
 from backbone.broker.security.listeners import inter_broker_security, secure_listener
 from backbone.coordination import (
     BrokerAlreadyRegisteredError,
@@ -112,7 +112,7 @@ class Broker(MetadataListener):
         self.stopped = asyncio.Event()
         register_all(self)
         if self.authorizer.enabled:
-            guard_group_apis(self.api_table, self.authorizer)
+            guard_apis(self.api_table, self.authorizer)
 
     async def _write_partition_state(
         self, topic: str, partition: int, state: PartitionState, expected_version: int

@@ -22,9 +22,10 @@ from kafka.admin import (
     ResourceType,
 )
 
-from backbone.client import Admin, NewTopic
+from backbone.client import Admin, ConfigResource, ConfigResourceType, NewTopic
 from backbone.coordination import ClusterStore, ScramCredential, find_free_port
 from backbone.dev.processes import BrokerProcess
+from backbone.protocol.errors import TopicAuthorizationFailedError
 
 pytestmark = pytest.mark.integration
 
@@ -167,6 +168,20 @@ def test_the_acl_matrix(acl_broker, wait_for) -> None:
         )
         described, error = admin.describe_acls(everything)
         assert error is kafka.errors.NoError and len(described) == 8  # the topics' ACLs
+        # Administration: alice may neither create nor delete topics, nor read their configs.
+        with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+            alice_admin.create_topics([kafka.admin.NewTopic("alice-made", 1, 1)])
+        with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+            alice_admin.delete_topics(["orders"])
+        ours = {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.username": "alice",
+            "sasl.password": USERS["alice"],
+        }
+        with Admin(ours) as our_admin, pytest.raises(TopicAuthorizationFailedError):
+            our_admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "orders")])
+        admin.create_topics([kafka.admin.NewTopic("admin-made", 1, 1)])  # the super user may
         # Groups: alice consumes in the group she may read, and is refused another.
         assert consume(port, "alice-group") == "ok"
         assert consume(port, "bob-group") == "GroupAuthorizationFailedError"

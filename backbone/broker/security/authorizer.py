@@ -96,6 +96,22 @@ class Authorizer:
             )
         return False
 
+    def check_any(self, context: RequestContext, operation: str, resource_type: str) -> bool:
+        """Whether some ACL lets the principal do `operation` to some resource of the type (Kafka's
+        authorizeByResourceType, simplified: any matching ALLOW, super users, or an open no-ACL policy)."""
+        principal = principal_of(context.connection.principal.name)
+        host = context.connection.peer.rsplit(":", 1)[0]
+        if not self.enabled or principal in self.super_users:
+            return True
+        implied_by = _IMPLIED.get(operation, set())
+        return any(
+            a.permission == "ALLOW"
+            and a.principal in (principal, "User:*")
+            and a.host in (host, "*")
+            and (a.operation in (operation, "ALL") or a.operation in implied_by)
+            for a in self._by_type.get(resource_type, ())
+        ) or (self.allow_if_no_acl and not self._by_type.get(resource_type))
+
     def check_cluster(self, context: RequestContext, operation: str) -> bool:
         return self.check(context, operation, "CLUSTER", CLUSTER_NAME)
 

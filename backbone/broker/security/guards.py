@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from backbone.broker.security.admin_guards import guard_admin_apis
 from backbone.client.messages import build_response
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
@@ -76,6 +77,12 @@ def _refusal(api_key: ApiKey, version: int, groups: list[str]) -> Any:
             api_key, version, results=[{"group_id": g, "error_code": _REFUSED} for g in groups]
         )
     return build_response(api_key, version, error_code=_REFUSED, error_message=message, node_id=-1, port=-1)
+
+
+def guard_apis(table: Any, authorizer: Authorizer) -> None:
+    """Put the ACL checks in front of the group APIs and the administration APIs (admin_guards.py)."""
+    guard_group_apis(table, authorizer)
+    guard_admin_apis(table, authorizer)
 
 
 def guard_group_apis(table: Any, authorizer: Authorizer) -> None:
