@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backbone.broker.connection_limits import CONNECTION_PROPERTIES
 from backbone.broker.security.config import SECURITY_PROPERTIES, check_sasl_mechanisms, jaas_credentials
 from backbone.log.config import LogConfig, broker_property_names
 from backbone.properties import ConfigError, Property, parse_list, resolve
@@ -119,6 +120,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
         _P("cluster.name", str, None, "a human name for this cluster (dc1, aggregate, ...)"),
     )
 } | SECURITY_PROPERTIES
+BROKER_PROPERTIES.update(CONNECTION_PROPERTIES)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ import asyncio
 import collections
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backbone.broker.config import Endpoint
 from backbone.protocol import codec
@@ -31,6 +32,9 @@ from backbone.protocol.errors import KafkaError, UnsupportedVersionError
 from backbone.protocol.fast_paths import Chunk, frame_chunks
 from backbone.protocol.framing import FrameDecoder, FrameError
 from backbone.protocol.headers import RequestHeader, decode_request_header, response_header_version
+
+if TYPE_CHECKING:
+    from backbone.broker.connection_limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,9 @@ class Connection(asyncio.BufferedProtocol):
         self._writable.set()
         self._reading_paused = False
         self._task: asyncio.Task[None] | None = None
+        self.ip = "?"
+        self.counted = False  # by the listener's connection limits
+        self.last_active = time.monotonic()
 
     # -- asyncio.BufferedProtocol ----------------------------------------------------------------
 
@@ -121,6 +128,13 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
+        limits = self.listener.limits
+        if limits is not None and not limits.admit(self.ip):
+            self.closed = True
+            transport.abort()
+            return
+        self.counted = limits is not None
         self.listener.connections.add(self)
         self.authenticator.connected(self)
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"connection {self.peer}")
@@ -140,6 +154,7 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         if frames:
+            self.last_active = time.monotonic()  # only whole requests count (connection_limits.py)
             self.queue.extend(frames)
             self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
@@ -153,6 +168,9 @@ class Connection(asyncio.BufferedProtocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.counted and self.listener.limits is not None:
+            self.counted = False
+            self.listener.limits.release(self.ip)
         self.closed = True
         self.listener.connections.discard(self)
         self.ready.set()
@@ -272,6 +290,7 @@ class Connection(asyncio.BufferedProtocol):
                 await self.listener.region_sender.send(self, chunk)
             if self.closed:
                 return
+        self.last_active = time.monotonic()
         await self.drained()
 
     def close(self) -> None:
@@ -301,6 +320,7 @@ class Listener:
         self.server: asyncio.Server | None = None
         self.authenticator_factory: Callable[[], Any] = PassThroughAuthenticator
         self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
+        self.limits: ConnectionLimits | None = None  # the broker's, shared by its listeners
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls

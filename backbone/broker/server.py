@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backbone.broker.config import BrokerConfig
+from backbone.broker.connection_limits import ConnectionLimits
 from backbone.broker.controller import Controller
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
@@ -104,6 +105,7 @@ class Broker(MetadataListener):
         self._shutdown_watch: Watch | None = None
         self.authorizer = Authorizer.from_config(config.values)
         self._acl_watches: list[Watch] = []
+        self.connection_limits = ConnectionLimits(config.values)
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -140,6 +142,7 @@ class Broker(MetadataListener):
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
             )
             secure_listener(listener, self.config, self._scram_credentials)
+            listener.limits = self.connection_limits
             await listener.start()
             self.listeners.append(listener)
         self.sync = MetadataSync(self.store, self.cache, loop)
@@ -166,6 +169,9 @@ class Broker(MetadataListener):
                 self._every(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
             ),
             loop.create_task(self._every(1.0, self._flush)),
+            loop.create_task(
+                self._every(min(max(self.connection_limits.idle_s / 4, 0.05), 30), self._close_idle)
+            ),
             # Checked at half the lag time so a follower leaves the ISR within 1.5x replica.lag.time.max.ms.
             loop.create_task(self._every(self.config["replica.lag.time.max.ms"] / 2000, self._check_isr_lag)),
             loop.create_task(self._every(PRODUCER_SNAPSHOT_INTERVAL_S, self._producer_housekeeping)),
@@ -392,6 +398,9 @@ class Broker(MetadataListener):
 
     async def _clean_logs(self) -> None:
         await asyncio.to_thread(self.log_manager.run_cleaner)
+
+    async def _close_idle(self) -> None:
+        self.connection_limits.close_idle(self.listeners)
 
     async def _flush(self) -> None:
         await asyncio.to_thread(self.log_manager.run_flush)
