@@ -32,6 +32,7 @@ from backbone.protocol.errors import KafkaError, UnsupportedVersionError
 from backbone.protocol.fast_paths import Chunk, frame_chunks
 from backbone.protocol.framing import FrameDecoder, FrameError
 from backbone.protocol.headers import RequestHeader, decode_request_header, response_header_version
+from backbone.protocol.nulls import check_no_illegal_nulls
 
 if TYPE_CHECKING:
     from backbone.broker.connection_limits import ConnectionLimits
@@ -58,10 +59,12 @@ class RequestContext:
         return self.header.api_version
 
     def decode(self) -> Any:
-        """The request body as a kio entity."""
-        return codec.decode_request(
+        """The request body as a kio entity (InvalidRequestError when it cannot be read)."""
+        entity = codec.decode_request(
             self.header.api_key, self.header.api_version, self.frame, self.body_offset
         )
+        check_no_illegal_nulls(entity)
+        return entity
 
 
 # A handler answers with a kio entity, with ready body chunks (fast paths), or None (no response:

@@ -96,6 +96,7 @@ def run_against(
     polite.start()
     tls = ssl.create_default_context(cafile=certificates / "ca.pem")
     rows = []
+    outcomes = []
     try:
         for label, port, frames, seconds, options in (
             ("PLAINTEXT", broker.port, args.frames, args.seconds, {}),
@@ -123,11 +124,18 @@ def run_against(
                     f"{outcome.unanswered:,}",
                 ]
             )
-            print(label, outcome, file=sys.stderr)
+            outcomes.append((label, outcome))
     finally:
         polite.stop.set()
         polite.join(timeout=30)
         memory.stop.set()
+    output = broker.output()
+    if "Traceback" in output:  # show the first one: a bug to fix and to keep as a regression test
+        at = output.index("Traceback")
+        print(output[max(0, output.rfind("\n", 0, at - 300)) : at + 3000], file=sys.stderr)
+    for label, outcome in outcomes:
+        for frame in outcome.hung:
+            print(f"unanswered {label} frame: {frame}", file=sys.stderr)
     alive = broker.is_running()
     hung = any(row[6] != "0" for row in rows)
     healthy = alive and not hung and not polite.failures and "Traceback" not in broker.output()

@@ -28,6 +28,9 @@ from backbone.protocol.headers import encode_request_header
 
 _HUGE = (b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x00\x00\x00")
 ANSWER_TIMEOUT_S = 10.0
+# APIs whose answer may rightly never come or come late: Produce with acks=0, Fetch's and JoinGroup's waits
+# (a mutated max_wait_ms or rebalance timeout can be hours).
+MAY_STAY_QUIET = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.JOIN_GROUP})
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Outcome:
     closed_by_broker: int = 0
     connections: int = 0
     unanswered: int = 0  # neither answered nor closed within ANSWER_TIMEOUT_S: a hang
+    quiet: int = 0  # unanswered, but the protocol lets it be (Produce acks=0, a long Fetch or JoinGroup wait)
     by_mutation: dict[str, int] = field(default_factory=dict)
     hung: list[str] = field(default_factory=list)  # the first unanswered frames, in hex, to replay
 
@@ -130,9 +134,12 @@ async def _worker(
                 try:
                     answer = await asyncio.wait_for(_read_frame(reader), ANSWER_TIMEOUT_S)
                 except TimeoutError:
-                    outcome.unanswered += 1
-                    if len(outcome.hung) < 5:
-                        outcome.hung.append(frame.hex())
+                    if len(frame) >= 2 and struct.unpack_from(">h", frame)[0] in MAY_STAY_QUIET:
+                        outcome.quiet += 1
+                    else:
+                        outcome.unanswered += 1
+                        if len(outcome.hung) < 5:
+                            outcome.hung.append(frame.hex())
                     break
                 if answer is None:
                     outcome.closed_by_broker += 1

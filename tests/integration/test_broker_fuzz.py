@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import struct
 import threading
 import uuid
 from pathlib import Path
@@ -15,12 +16,16 @@ from security_fixtures import PASSWORD
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.helpers import fuzzer
+from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.integration
 
 FRAMES = 4000  # per listener; bounded by SECONDS too
 SECONDS = 10.0
 MEMORY_BOUND = 256 * 1024 * 1024  # growth of the broker's resident memory during the run
+# Frames the fuzzer once found mishandled, kept as regression tests (each must be answered or closed on,
+# never fail a handler): OffsetForLeaderEpoch v4 with a null topics array.
+REGRESSIONS = ["0017000400000009000466757a7a00ffffffff0000"]
 
 
 class PoliteClient(threading.Thread):
@@ -80,3 +85,13 @@ def test_fuzzed_frames_neither_crash_nor_hang_the_broker(secure_broker, certific
     assert peak - baseline < MEMORY_BOUND, (baseline, peak)
     assert polite.rounds >= 10 and not polite.failures, polite.failures[:5]
     assert "Traceback" not in process.output()
+
+
+def test_frames_the_fuzzer_found_are_rejected_cleanly(broker) -> None:
+    for frame_hex in REGRESSIONS:
+        frame = bytes.fromhex(frame_hex)
+        with RawConnection(broker.bootstrap) as raw:
+            raw.send_bytes(struct.pack(">i", len(frame)) + frame)
+            assert raw.closed_by_peer()
+    output = broker.output()
+    assert "Traceback" not in output and "event=request_rejected" in output
