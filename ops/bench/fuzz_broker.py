@@ -38,7 +38,7 @@ from backbone.dev.processes import BrokerProcess
 from tests.helpers import fuzzer
 
 NAME = "fuzz"
-SECTION = "Protocol fuzzer"
+SECTION = "## Protocol fuzzer"
 PASSWORD = "fuzz-secret"
 
 
