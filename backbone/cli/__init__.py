@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "perf",
     "mirror",
     "audit",
+    "health",
     "users",
     "acls",
 )
