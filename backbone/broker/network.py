@@ -7,9 +7,11 @@ request's own body, so the socket's bytes land in place) and splits out frames, 
 at a time by the connection's own task, so responses go out in request order however many requests a client
 pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
 
-Room for security: a listener's security protocol decides how its transport is made (`ssl_context()` for
-SSL, None for PLAINTEXT) and a connection carries an `authenticator` step that sees every request before
-dispatch (SASL handshake and authentication hook in there); PLAINTEXT's lets everything through.
+Security hooks in here (the pieces are in `backbone.broker.security`): a listener's `tls` context wraps its
+transport (SSL, SASL_SSL), and a connection's `authenticator` learns of the connection once it is made
+(a client certificate's principal), sees every request before dispatch (SASL lets nothing else through
+before authentication) and may take the raw tokens of a v0 SASL handshake; PLAINTEXT's lets everything
+through.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backbone.broker.config import Endpoint
 from backbone.protocol import codec
@@ -31,6 +33,10 @@ from backbone.protocol.errors import ErrorCode, KafkaError, UnsupportedVersionEr
 from backbone.protocol.fast_paths import Chunk, frame_chunks
 from backbone.protocol.framing import FrameDecoder, FrameError
 from backbone.protocol.headers import RequestHeader, decode_request_header, response_header_version
+from backbone.protocol.nulls import check_no_illegal_nulls
+
+if TYPE_CHECKING:
+    from backbone.broker.connection_limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +64,12 @@ class RequestContext:
         return self.header.api_version
 
     def decode(self) -> Any:
-        """The request body as a kio entity."""
-        return codec.decode_request(
+        """The request body as a kio entity (InvalidRequestError when it cannot be read)."""
+        entity = codec.decode_request(
             self.header.api_key, self.header.api_version, self.frame, self.body_offset
         )
+        check_no_illegal_nulls(entity)
+        return entity
 
 
 # A handler answers with a kio entity, with ready body chunks (fast paths), or None (no response:
@@ -88,6 +96,14 @@ class Principal:
 class PassThroughAuthenticator:
     """PLAINTEXT: every request is allowed as the anonymous principal."""
 
+    expects_raw_token = False
+
+    def connected(self, connection: Connection) -> None:
+        pass
+
+    async def raw_token(self, connection: Connection, frame: memoryview) -> None:  # pragma: no cover
+        raise NotImplementedError
+
     def admit(self, connection: Connection, header: RequestHeader) -> bool:
         return True
 
@@ -109,6 +125,9 @@ class Connection(asyncio.BufferedProtocol):
         self._writable.set()
         self._reading_paused = False
         self._task: asyncio.Task[None] | None = None
+        self.ip = "?"
+        self.counted = False  # by the listener's connection limits
+        self.last_active = time.monotonic()
 
     # -- asyncio.BufferedProtocol ----------------------------------------------------------------
 
@@ -117,7 +136,15 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
+        limits = self.listener.limits
+        if limits is not None and not limits.admit(self.ip):
+            self.closed = True
+            transport.abort()
+            return
+        self.counted = limits is not None
         self.listener.connections.add(self)
+        self.authenticator.connected(self)
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"connection {self.peer}")
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -136,6 +163,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if frames:
             arrived = time.monotonic()
+            self.last_active = arrived  # only whole requests count (connection_limits.py)
             self.queue.extend([(frame, arrived) for frame in frames])
             self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
@@ -149,6 +177,9 @@ class Connection(asyncio.BufferedProtocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.counted and self.listener.limits is not None:
+            self.counted = False
+            self.listener.limits.release(self.ip)
         self.closed = True
         self.listener.connections.discard(self)
         self.ready.set()
@@ -191,6 +222,9 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
 
     async def _handle(self, frame: memoryview, arrived: float) -> None:
+        if self.authenticator.expects_raw_token:
+            await self.authenticator.raw_token(self, frame)
+            return
         try:
             header, body_offset = decode_request_header(frame)
         except KafkaError as exc:
@@ -295,6 +329,7 @@ class Connection(asyncio.BufferedProtocol):
                 await self.listener.region_sender.send(self, chunk)
             if self.closed:
                 return
+        self.last_active = time.monotonic()
         await self.drained()
 
     def close(self) -> None:
@@ -322,12 +357,13 @@ class Listener:
         self.max_request_bytes = max_request_bytes
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
-        self.authenticator_factory: Callable[[], PassThroughAuthenticator] = PassThroughAuthenticator
+        self.authenticator_factory: Callable[[], Any] = PassThroughAuthenticator
         self.metrics: Any = None  # the broker's BrokerMetrics when metrics.port is set
+        self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
+        self.limits: ConnectionLimits | None = None  # the broker's, shared by its listeners
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        # SSL listeners will build their context here from ssl.* properties.
-        return None
+        return self.tls
 
     @property
     def port(self) -> int:

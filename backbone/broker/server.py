@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backbone.broker.config import BrokerConfig
+from backbone.broker.connection_limits import ConnectionLimits
 from backbone.broker.controller import Controller
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
@@ -27,6 +28,9 @@ from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
+from backbone.broker.security.authorizer import Authorizer, keep_loaded
+from backbone.broker.security.guards import guard_apis
+from backbone.broker.security.listeners import inter_broker_security, secure_listener
 from backbone.coordination import (
     BrokerAlreadyRegisteredError,
     BrokerRegistration,
@@ -35,6 +39,7 @@ from backbone.coordination import (
     CoordinationError,
     EndPoint,
     PartitionState,
+    ScramCredential,
     SessionEvent,
     Watch,
 )
@@ -85,6 +90,7 @@ class Broker(MetadataListener):
                 partition_max_bytes=config["replica.fetch.max.bytes"],
                 backoff_ms=config["replica.fetch.backoff.ms"],
                 socket_timeout_ms=config["replica.socket.timeout.ms"],
+                security=inter_broker_security(config),
             ),
         )
         self.controller = Controller(self)
@@ -97,8 +103,12 @@ class Broker(MetadataListener):
             self._liveness_changed,
             interval_ms=config["broker.liveness.probe.interval.ms"],
             timeout_ms=config["broker.liveness.timeout.ms"],
+            security=inter_broker_security(config),
         )
         self._shutdown_watch: Watch | None = None
+        self.authorizer = Authorizer.from_config(config.values)
+        self._acl_watches: list[Watch] = []
+        self.connection_limits = ConnectionLimits(config.values)
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -110,6 +120,8 @@ class Broker(MetadataListener):
         self.failure: Exception | None = None
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config["metrics.port"] else None
         register_all(self)
+        if self.authorizer.enabled:
+            guard_apis(self.api_table, self.authorizer)
 
     async def _write_partition_state(
         self, topic: str, partition: int, state: PartitionState, expected_version: int
@@ -119,6 +131,9 @@ class Broker(MetadataListener):
     async def zk(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking ZooKeeper call off the event loop."""
         return await asyncio.to_thread(function, *args, **kwargs)
+
+    async def _scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        return await self.zk(self.store.scram_credentials, user)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -134,6 +149,8 @@ class Broker(MetadataListener):
             listener = Listener(
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
             )
+            secure_listener(listener, self.config, self._scram_credentials)
+            listener.limits = self.connection_limits
             await listener.start()
             listener.metrics = self.metrics
             self.listeners.append(listener)
@@ -152,6 +169,8 @@ class Broker(MetadataListener):
         self._shutdown_watch = await self.zk(
             self.store.watch_controlled_shutdowns, self._shutdowns_threadsafe
         )
+        if self.authorizer.enabled:
+            self._acl_watches = await keep_loaded(self.authorizer, self.store)
         # Clients are served only now: an earlier Metadata answer would list no brokers, not even this one.
         for listener in self.listeners:
             await listener.start_serving()
@@ -161,6 +180,9 @@ class Broker(MetadataListener):
                 self._every(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
             ),
             loop.create_task(self._every(1.0, self._flush)),
+            loop.create_task(
+                self._every(min(max(self.connection_limits.idle_s / 4, 0.05), 30), self._close_idle)
+            ),
             # Checked at half the lag time so a follower leaves the ISR within 1.5x replica.lag.time.max.ms.
             loop.create_task(self._every(self.config["replica.lag.time.max.ms"] / 2000, self._check_isr_lag)),
             loop.create_task(self._every(PRODUCER_SNAPSHOT_INTERVAL_S, self._producer_housekeeping)),
@@ -263,6 +285,8 @@ class Broker(MetadataListener):
         await self.group_coordination.stop()  # pending joins and syncs answer NOT_COORDINATOR
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
+        for watch in self._acl_watches:
+            watch.cancel()
         if await self.controller.stop():
             await self._bounded_zk("resign as controller", self.store.resign_controller)
         log.debug("event=shutdown_step step=listeners")
@@ -409,6 +433,9 @@ class Broker(MetadataListener):
 
     async def _clean_logs(self) -> None:
         await asyncio.to_thread(self.log_manager.run_cleaner)
+
+    async def _close_idle(self) -> None:
+        self.connection_limits.close_idle(self.listeners)
 
     async def _flush(self) -> None:
         started = time.monotonic()

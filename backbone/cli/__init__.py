@@ -26,6 +26,8 @@ _COMMAND_MODULES = (
     "generate",
     "health",
     "console",
+    "users",
+    "acls",
 )
 
 

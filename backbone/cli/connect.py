@@ -92,12 +92,26 @@ def connection_options(cluster: str = "dc1") -> argparse.ArgumentParser:
         metavar="MS",
         help=f"how long to wait for the cluster to answer (default {DEFAULT_REQUEST_TIMEOUT_MS})",
     )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties (security.protocol, sasl.*, ssl.*, ...) as Kafka's tools take them",
+    )
     return parser
 
 
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every client of this command gets (Kafka property names)."""
-    return {"bootstrap.servers": args.bootstrap_server, "request.timeout.ms": args.request_timeout_ms}
+    config: dict[str, Any] = {}
+    if getattr(args, "command_config", None):
+        from backbone.properties import ConfigError, read_properties_file
+
+        try:
+            config.update(read_properties_file(args.command_config))
+        except (OSError, ConfigError) as exc:
+            raise UsageError(f"--command-config {args.command_config}: {exc}") from None
+    config.update({"bootstrap.servers": args.bootstrap_server, "request.timeout.ms": args.request_timeout_ms})
+    return config
 
 
 @contextmanager

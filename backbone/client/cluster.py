@@ -28,12 +28,14 @@ from backbone.client.config import parse_bootstrap
 from backbone.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, Decoder, Encoder
 from backbone.client.errors import (
     ClientClosedError,
+    ConfigError,
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
     NoBrokersAvailable,
 )
 from backbone.client.messages import encode_request
+from backbone.client.security import ClientSecurity, is_authentication_error
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.codec import decode_response
@@ -174,6 +176,10 @@ class ClusterClient:
         self.config = config
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
+        try:
+            self.security = ClientSecurity.from_config(config)
+        except (ValueError, OSError) as error:
+            raise ConfigError(f"security settings: {error}") from None
         self._bootstrap = [parse_bootstrap(server) for server in config["bootstrap.servers"]]
         self._max_in_flight = max_in_flight
         self._max_response_bytes = max_response_bytes
@@ -259,6 +265,7 @@ class ClusterClient:
                     max_in_flight=self._max_in_flight,
                     max_response_bytes=self._max_response_bytes,
                     on_close=self._connection_closed,
+                    security=self.security,
                 )
                 self._connections[node_id] = conn
             await conn.connect()
@@ -303,6 +310,8 @@ class ClusterClient:
                     async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                         return await self.connection(node_id)
                 except (KafkaConnectionError, KafkaError, TimeoutError) as error:
+                    if is_authentication_error(error):
+                        raise  # credentials the broker refused do not get better with retries
                     errors.append(str(error))
             attempt += 1
             remaining = deadline - time.monotonic()

@@ -41,7 +41,7 @@ from backbone.client.audit import AuditCounter, AuditPublisher
 from backbone.client.mirror_progress import commit_metadata
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
-from backbone.mirror.config import MirrorConfig
+from backbone.mirror.config import MirrorConfig, security_settings
 from backbone.mirror.metrics import MirrorMetrics
 from backbone.protocol.errors import InvalidPartitionsError, TopicAlreadyExistsError
 from backbone.protocol.records import KEY, OFFSET, TIMESTAMP, VALUE, Record
@@ -133,8 +133,13 @@ class Mirror(ConsumerRebalanceListener):
                 **config.producer,
             }
         )
-        self.source_admin = AsyncAdmin({"bootstrap.servers": config.source_bootstrap})
-        self.target_admin = AsyncAdmin({"bootstrap.servers": config.target_bootstrap})
+        # The admins connect as the consumer (source) and the producer (target) do.
+        self.source_admin = AsyncAdmin(
+            {"bootstrap.servers": config.source_bootstrap, **security_settings(config.consumer)}
+        )
+        self.target_admin = AsyncAdmin(
+            {"bootstrap.servers": config.target_bootstrap, **security_settings(config.producer)}
+        )
         self._routes: dict[str, _Route] = {}
         self._stats = _Stats()
         self._last_commit = time.monotonic()

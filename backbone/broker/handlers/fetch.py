@@ -20,7 +20,12 @@ from backbone.broker.handlers.common import error_code_of, millis
 from backbone.broker.network import RequestContext
 from backbone.broker.region_sender import Regions
 from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import FencedLeaderEpochError, KafkaError, UnknownLeaderEpochError
+from backbone.protocol.errors import (
+    FencedLeaderEpochError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    UnknownLeaderEpochError,
+)
 from backbone.protocol.fast_paths import Chunk, FetchPartitionResult, encode_fetch_response
 
 if TYPE_CHECKING:
@@ -32,8 +37,9 @@ def register(broker: Broker) -> None:
     async def handle(context: RequestContext) -> list[Chunk]:
         request = context.decode()
         deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
+        denied = _denied(broker, context, request)
         while True:
-            topics, total, idle, failed = _read(broker, request)
+            topics, total, idle, failed = _read(broker, request, denied)
             remaining = deadline - time.monotonic()
             if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
@@ -71,8 +77,21 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _denied(broker: Broker, context: RequestContext, request: Any) -> frozenset[str]:
+    """Topics this fetch may not read: followers need CLUSTER_ACTION, consumers READ on each topic."""
+    authorizer = broker.authorizer
+    if not authorizer.enabled:
+        return frozenset()
+    if request.replica_id >= 0:
+        allowed = authorizer.check_cluster(context, "CLUSTER_ACTION")
+        return frozenset() if allowed else frozenset(t.topic for t in request.topics)
+    return frozenset(
+        t.topic for t in request.topics if not authorizer.check(context, "READ", "TOPIC", t.topic)
+    )
+
+
 def _read(
-    broker: Broker, request: Any
+    broker: Broker, request: Any, denied: frozenset[str] = frozenset()
 ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
     """The answer as it stands, its size, the partitions that added nothing to it, and whether any failed."""
     budget = request.max_bytes
@@ -86,6 +105,8 @@ def _read(
         for asked in topic.partitions:
             result = FetchPartitionResult(asked.partition)
             try:
+                if topic.topic in denied:
+                    raise TopicAuthorizationFailedError(f"not authorized to read {topic.topic}")
                 partition = broker.replicas.leader_partition(topic.topic, asked.partition)
                 # Fetch v4-v8 carry no leader epoch: such a fetcher does not fence.
                 check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))

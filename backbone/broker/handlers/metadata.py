@@ -47,11 +47,31 @@ def register(broker: Broker) -> None:
         allow_create = (
             getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
         )
+        authorizer = broker.authorizer
+        denied: tuple[str, ...] = ()
+        if authorizer.enabled:  # topics the principal may not describe are hidden, or refused by name
+            described = sorted(broker.cache.topics) if names is None else names
+            refused = tuple(n for n in described if not authorizer.check(context, "DESCRIBE", "TOPIC", n))
+            denied = () if names is None else refused
+            names = tuple(n for n in described if n not in refused)
         pending: set[str] = set()
         if names and allow_create:
             missing = [n for n in names if n not in broker.cache.topics]
+            if authorizer.enabled:
+                may_create = authorizer.check_cluster(context, "CREATE")
+                missing = [
+                    n for n in missing if may_create or authorizer.check(context, "CREATE", "TOPIC", n)
+                ]
             if missing:
                 pending = await _auto_create(broker, missing)
+        if authorizer.enabled:
+            return [
+                codec.encode(
+                    _response(
+                        broker, version, context.connection.listener.name, names, pending, denied=denied
+                    )
+                )
+            ]
         if seen_generation != broker.metadata_generation:
             answers.clear()
             seen_generation = broker.metadata_generation
@@ -116,6 +136,7 @@ def _response(
     names: tuple[str, ...] | None,
     pending: set[str],
     operations: tuple[int, int] = (NOT_REQUESTED, NOT_REQUESTED),
+    denied: tuple[str, ...] = (),
 ) -> Any:
     module = response_module(ApiKey.METADATA, version)
     cache = broker.cache
@@ -126,6 +147,11 @@ def _response(
     topics = []
     for name in sorted(cache.topics) if names is None else names:
         topics.append(_topic(broker, module, name, name in pending, operations[1]))
+    for name in denied:
+        refused = ErrorCode.topic_authorization_failed
+        topics.append(
+            build(module.MetadataResponseTopic, error_code=refused, name=name, topic_id=None, partitions=())
+        )
     return build(
         module.MetadataResponse,
         throttle_time=throttle(),

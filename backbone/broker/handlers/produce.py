@@ -45,6 +45,15 @@ def register(broker: Broker) -> None:
         acks = request.acks
         for topic in request.topics:
             answers = []
+            if not broker.authorizer.check(context, "WRITE", "TOPIC", topic.name):
+                refused = ErrorCode.topic_authorization_failed
+                results.append(
+                    (
+                        topic.name,
+                        [ProducePartitionResult(p.index, error_code=refused) for p in topic.partitions],
+                    )
+                )
+                continue
             for part in topic.partitions:
                 answers.append(
                     await _produce_partition(
