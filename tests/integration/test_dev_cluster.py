@@ -14,12 +14,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from mirror_support import end_total, read_all
 
 from backbone.dev.topology import process_alive
 from backbone.mirror.provenance import origin
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

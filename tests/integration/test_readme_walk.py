@@ -17,10 +17,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
 
 from backbone.client import Admin, TopicPartition
 from backbone.dev.topology import process_alive
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from conftest import TEST_JAVA_OPTIONS
+from spark_support import TEST_JAVA_OPTIONS
 
 
 def main() -> None:

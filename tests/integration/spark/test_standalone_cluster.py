@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TEST_JAVA_OPTIONS
-from spark_support import create_topic, produce, unique_topic
+from spark_support import TEST_JAVA_OPTIONS, create_topic, produce, unique_topic
 
 from backbone.coordination import find_free_port
 from backbone.dev.processes import BrokerProcess, start_until_line, stop_child
