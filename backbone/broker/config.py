@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backbone.broker.connection_limits import CONNECTION_PROPERTIES
+from backbone.broker.security.config import SECURITY_PROPERTIES, check_sasl_mechanisms, jaas_credentials
 from backbone.log.config import LogConfig, broker_property_names
 from backbone.properties import ConfigError, Property, parse_list, resolve
 from backbone.protocol.errors import InvalidConfigError
 
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-# Security protocols the connection layer serves today; SSL and SASL plug into the same Listener later.
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 _P = Property
 BROKER_PROPERTIES: dict[str, Property] = {
@@ -49,6 +50,13 @@ BROKER_PROPERTIES: dict[str, Property] = {
             minimum=0,
         ),
         _P("replica.lag.time.max.ms", int, 30000, minimum=1),
+        _P(
+            "metrics.port",
+            int,
+            0,
+            "serve Prometheus metrics (docs/operations.md) on this port, first listener's host; 0: off",
+            minimum=0,
+        ),
         _P("replica.fetch.max.bytes", int, 1048576, minimum=1),
         _P("replica.fetch.wait.max.ms", int, 500, minimum=0),
         _P("replica.fetch.min.bytes", int, 1, minimum=1),
@@ -118,7 +126,8 @@ BROKER_PROPERTIES: dict[str, Property] = {
         _P("group.max.size", int, 2**31 - 1, "most members a group may have", minimum=1),
         _P("cluster.name", str, None, "a human name for this cluster (dc1, aggregate, ...)"),
     )
-}
+} | SECURITY_PROPERTIES
+BROKER_PROPERTIES.update(CONNECTION_PROPERTIES)
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,22 @@ class BrokerConfig:
                 f"inter.broker.listener.name: {self.inter_broker_listener} is not one of listeners"
             )
         self.log_dirs: list[str] = self.values["log.dirs"] or [self.values["log.dir"]]
+        self.sasl_mechanisms = check_sasl_mechanisms(self.values["sasl.enabled.mechanisms"])
+        self.inter_broker_credentials = jaas_credentials(self.values["sasl.jaas.config"])
+        protocols = {e.security_protocol for e in self.listeners}
+        if protocols & {"SSL", "SASL_SSL"} and not self.values["ssl.keystore.location"]:
+            raise ConfigError(
+                "SSL and SASL_SSL listeners need ssl.keystore.location (a PEM certificate and key)"
+            )
+        if self.inter_broker_protocol.startswith("SASL") and self.inter_broker_credentials is None:
+            raise ConfigError(
+                f"inter.broker.listener.name {self.inter_broker_listener} uses SASL: set sasl.jaas.config "
+                'with the brokers\' username="..." password="..."'
+            )
+
+    @property
+    def inter_broker_protocol(self) -> str:
+        return next(e.security_protocol for e in self.listeners if e.listener == self.inter_broker_listener)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

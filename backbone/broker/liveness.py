@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
 from backbone.client.errors import KafkaClientError
+from backbone.client.security import ClientSecurity
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import KafkaError
 
@@ -84,8 +85,10 @@ class Liveness:
         *,
         interval_ms: int = 500,
         timeout_ms: int = 3000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.security = security
         self._endpoint = endpoint
         self._on_change = on_change
         self.interval_s = interval_ms / 1000
@@ -192,6 +195,7 @@ class Liveness:
                 connect_timeout_ms=int(self.timeout_s * 1000),
                 max_in_flight=1,
                 on_close=lambda _connection, _error: probe.wake.set(),
+                security=self.security,
             )
             await connection.connect()  # negotiates ApiVersions: that is the probe
             return Outcome.ANSWERED

@@ -7,9 +7,11 @@ request's own body, so the socket's bytes land in place) and splits out frames, 
 at a time by the connection's own task, so responses go out in request order however many requests a client
 pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
 
-Room for security: a listener's security protocol decides how its transport is made (`ssl_context()` for
-SSL, None for PLAINTEXT) and a connection carries an `authenticator` step that sees every request before
-dispatch (SASL handshake and authentication hook in there); PLAINTEXT's lets everything through.
+Security hooks in here (the pieces are in `backbone.broker.security`): a listener's `tls` context wraps its
+transport (SSL, SASL_SSL), and a connection's `authenticator` learns of the connection once it is made
+(a client certificate's principal), sees every request before dispatch (SASL lets nothing else through
+before authentication) and may take the raw tokens of a v0 SASL handshake; PLAINTEXT's lets everything
+through.
 """
 
 from __future__ import annotations
@@ -18,17 +20,23 @@ import asyncio
 import collections
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backbone.broker.config import Endpoint
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey, ApiTable
-from backbone.protocol.errors import KafkaError, UnsupportedVersionError
+from backbone.protocol.entities import error_answer
+from backbone.protocol.errors import ErrorCode, KafkaError, UnsupportedVersionError
 from backbone.protocol.fast_paths import Chunk, frame_chunks
 from backbone.protocol.framing import FrameDecoder, FrameError
 from backbone.protocol.headers import RequestHeader, decode_request_header, response_header_version
+from backbone.protocol.nulls import check_no_illegal_nulls
+
+if TYPE_CHECKING:
+    from backbone.broker.connection_limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,8 @@ log = logging.getLogger(__name__)
 # (one request larger than the byte bound is still taken: it waits alone).
 MAX_QUEUED_REQUESTS = 64
 MAX_QUEUED_BYTES = 32 * 1024 * 1024
+# How much of a refused request its log line shows (hex): the header and the start of the body.
+HEX_DUMP_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -46,16 +56,20 @@ class RequestContext:
     frame: memoryview
     body_offset: int
     connection: Connection
+    remote_wait_s: float = 0.0
+    """Time the handler spent waiting for other brokers or for data (acks=all, a long-polled fetch)."""
 
     @property
     def api_version(self) -> int:
         return self.header.api_version
 
     def decode(self) -> Any:
-        """The request body as a kio entity."""
-        return codec.decode_request(
+        """The request body as a kio entity (InvalidRequestError when it cannot be read)."""
+        entity = codec.decode_request(
             self.header.api_key, self.header.api_version, self.frame, self.body_offset
         )
+        check_no_illegal_nulls(entity)
+        return entity
 
 
 # A handler answers with a kio entity, with ready body chunks (fast paths), or None (no response:
@@ -82,6 +96,14 @@ class Principal:
 class PassThroughAuthenticator:
     """PLAINTEXT: every request is allowed as the anonymous principal."""
 
+    expects_raw_token = False
+
+    def connected(self, connection: Connection) -> None:
+        pass
+
+    async def raw_token(self, connection: Connection, frame: memoryview) -> None:  # pragma: no cover
+        raise NotImplementedError
+
     def admit(self, connection: Connection, header: RequestHeader) -> bool:
         return True
 
@@ -91,7 +113,7 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.api_table = listener.api_table
         self.decoder = FrameDecoder(listener.max_request_bytes)
-        self.queue: collections.deque[memoryview] = collections.deque()
+        self.queue: collections.deque[tuple[memoryview, float]] = collections.deque()  # frame, arrival
         self.queued_bytes = 0
         self.ready = asyncio.Event()
         self.transport: asyncio.Transport | None = None
@@ -103,6 +125,9 @@ class Connection(asyncio.BufferedProtocol):
         self._writable.set()
         self._reading_paused = False
         self._task: asyncio.Task[None] | None = None
+        self.ip = "?"
+        self.counted = False  # by the listener's connection limits
+        self.last_active = time.monotonic()
 
     # -- asyncio.BufferedProtocol ----------------------------------------------------------------
 
@@ -111,7 +136,15 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
+        limits = self.listener.limits
+        if limits is not None and not limits.admit(self.ip):
+            self.closed = True
+            transport.abort()
+            return
+        self.counted = limits is not None
         self.listener.connections.add(self)
+        self.authenticator.connected(self)
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=f"connection {self.peer}")
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -129,7 +162,9 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         if frames:
-            self.queue.extend(frames)
+            arrived = time.monotonic()
+            self.last_active = arrived  # only whole requests count (connection_limits.py)
+            self.queue.extend([(frame, arrived) for frame in frames])
             self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
             if self._queue_full() and not self._reading_paused:
@@ -142,6 +177,9 @@ class Connection(asyncio.BufferedProtocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.counted and self.listener.limits is not None:
+            self.counted = False
+            self.listener.limits.release(self.ip)
         self.closed = True
         self.listener.connections.discard(self)
         self.ready.set()
@@ -170,27 +208,30 @@ class Connection(asyncio.BufferedProtocol):
                     self.ready.clear()
                     await self.ready.wait()
                     continue
-                frame = self.queue.popleft()
+                frame, arrived = self.queue.popleft()
                 self.queued_bytes -= frame.nbytes
                 if self._reading_paused and not self._queue_full():
                     self._reading_paused = False
                     assert self.transport is not None
                     self.transport.resume_reading()
-                await self._handle(frame)
+                await self._handle(frame, arrived)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("event=connection_failed listener=%s peer=%s", self.listener.name, self.peer)
             self.close()
 
-    async def _handle(self, frame: memoryview) -> None:
+    async def _handle(self, frame: memoryview, arrived: float) -> None:
+        if self.authenticator.expects_raw_token:
+            await self.authenticator.raw_token(self, frame)
+            return
         try:
             header, body_offset = decode_request_header(frame)
         except KafkaError as exc:
-            self._reject(None, f"malformed request header: {exc}")
+            await self._refuse(None, frame, f"malformed request header: {exc}")
             return
         if not self.authenticator.admit(self, header):
-            self._reject(header, "not authenticated")
+            await self._refuse(header, frame, "not authenticated")
             return
         try:
             handler = self.api_table.handler(header.api_key, header.api_version)
@@ -199,41 +240,71 @@ class Connection(asyncio.BufferedProtocol):
                 # A newer client probes with its newest version: answer v0 so it can retry.
                 await self.send_entity(header, self.api_table.unsupported_api_versions_response(), version=0)
                 return
-            self._reject(header, "unsupported version")
+            await self._refuse(header, frame, "unsupported version", ErrorCode.unsupported_version)
             return
         except KafkaError:
-            self._reject(header, "unknown API key")
+            await self._refuse(header, frame, "unsupported API key", ErrorCode.unsupported_version)
             return
         context = RequestContext(header, frame, body_offset, self)
+        started = time.monotonic()
         try:
             result = await handler(context)
         except KafkaError as exc:
             # The request body could not be decoded or was not acceptable as a whole.
-            self._reject(header, str(exc))
+            await self._refuse(header, frame, str(exc), exc.code)
             return
-        if result is None:
+        except Exception as exc:  # a handler's bug: this request fails, not the broker
+            log.error(
+                "event=handler_failed api_key=%d api_version=%d",
+                header.api_key,
+                header.api_version,
+                exc_info=exc,
+            )
+            await self._refuse(header, frame, f"unexpected error: {exc!r}", ErrorCode.unknown_server_error)
             return
-        if isinstance(result, list):
-            await self.send_chunks(header, result)
-        else:
-            await self.send_entity(header, result)
+        ready = time.monotonic()
+        if result is not None:
+            if isinstance(result, list):
+                await self.send_chunks(header, result)
+            else:
+                await self.send_entity(header, result)
+        metrics = self.listener.metrics
+        if metrics is not None:
+            metrics.request_done(
+                header.api_key, header.api_version, arrived, started, ready, context.remote_wait_s
+            )
 
-    def _reject(self, header: RequestHeader | None, reason: str) -> None:
-        """A request we cannot answer: log it once and close the connection, as Kafka does."""
+    async def _refuse(
+        self, header: RequestHeader | None, frame: memoryview, reason: str, code: ErrorCode | None = None
+    ) -> None:
+        """A request we cannot serve, logged once with its first bytes. It is answered with `code` where the
+        response of its API version has a top-level error field; otherwise the connection closes, as Kafka
+        closes it (the client could not read any answer we sent)."""
+        answer = None
+        if header is not None and code is not None:
+            answer = error_answer(header.api_key, header.api_version, code)
         what = (
             f"api_key={header.api_key} api_version={header.api_version} "
-            f"correlation_id={header.correlation_id}"
+            f"correlation_id={header.correlation_id} client_id={header.client_id!r}"
             if header
             else "header=unreadable"
         )
+        if header is not None and self.listener.metrics is not None:
+            self.listener.metrics.request_failed(header.api_key, header.api_version)
         log.warning(
-            "event=request_rejected listener=%s peer=%s %s reason=%r",
+            "event=request_rejected listener=%s peer=%s %s reason=%r answer=%s size=%d head=%s",
             self.listener.name,
             self.peer,
             what,
             reason,
+            "connection_closed" if answer is None else ErrorCode(code).name.upper(),
+            frame.nbytes,
+            bytes(frame[:HEX_DUMP_BYTES]).hex(),
         )
-        self.close()
+        if answer is None or header is None:
+            self.close()
+        else:
+            await self.send_entity(header, answer)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -258,6 +329,7 @@ class Connection(asyncio.BufferedProtocol):
                 await self.listener.region_sender.send(self, chunk)
             if self.closed:
                 return
+        self.last_active = time.monotonic()
         await self.drained()
 
     def close(self) -> None:
@@ -285,11 +357,13 @@ class Listener:
         self.max_request_bytes = max_request_bytes
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
-        self.authenticator_factory: Callable[[], PassThroughAuthenticator] = PassThroughAuthenticator
+        self.authenticator_factory: Callable[[], Any] = PassThroughAuthenticator
+        self.metrics: Any = None  # the broker's BrokerMetrics when metrics.port is set
+        self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
+        self.limits: ConnectionLimits | None = None  # the broker's, shared by its listeners
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        # SSL listeners will build their context here from ssl.* properties.
-        return None
+        return self.tls
 
     @property
     def port(self) -> int:

@@ -39,6 +39,7 @@ class AppendResult:
     log_append_time_ms: int
     log_start_offset: int
     duplicate: bool = False
+    records: int = 0  # how many the append added (from the offsets it assigned, not by counting)
 
 
 # A follower the controller keeps taking out of the ISR (it finds the broker dead while this leader still
@@ -266,7 +267,12 @@ class Partition:
             offset += header.last_offset_delta + 1
         self._advance_high_watermark()
         self.wake_waiters()
-        return AppendResult(info.first_offset, info.log_append_time, self.log.log_start_offset)
+        return AppendResult(
+            info.first_offset,
+            info.log_append_time,
+            self.log.log_start_offset,
+            records=info.last_offset - info.first_offset + 1,
+        )
 
     def append_as_follower(self, records: memoryview) -> AppendInfo:
         """Append the leader's batches as they are, and keep producer state as the leader does."""

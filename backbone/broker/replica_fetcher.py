@@ -22,6 +22,7 @@ from backbone.broker.partition import Partition
 from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
 from backbone.client.errors import KafkaClientError
 from backbone.client.messages import group_by_topic
+from backbone.client.security import ClientSecurity
 from backbone.client.wire import FetchedPartition, decode_fetch_response
 from backbone.log.append import UnexpectedAppendOffsetError
 from backbone.protocol.api import ApiKey
@@ -52,6 +53,7 @@ class FetcherSettings:
     partition_max_bytes: int = 1024 * 1024
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
+    security: ClientSecurity | None = None  # the inter-broker listener's TLS and SASL
 
 
 @dataclass
@@ -163,6 +165,7 @@ class ReplicaFetcher:
             request_timeout_ms=self.settings.socket_timeout_ms + self.settings.wait_max_ms,
             connect_timeout_ms=min(self.settings.socket_timeout_ms, 10_000),
             max_in_flight=1,
+            security=self.settings.security,
         )
         return self._connection
 

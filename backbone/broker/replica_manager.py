@@ -58,6 +58,8 @@ class ReplicaManager(MetadataListener):
         # Whether a broker may be added to an ISR; the broker sets it from its liveness and shutdown views.
         self.may_join_isr: Callable[[int], bool] = lambda replica: replica in cache.brokers
         self._isr_writes: set[asyncio.Task[None]] = set()
+        self.isr_shrinks = 0  # ISR changes of partitions this broker leads (read by the metrics)
+        self.isr_expands = 0
 
     # -- lookups --------------------------------------------------------------------------------------
 
@@ -104,7 +106,11 @@ class ReplicaManager(MetadataListener):
                 may_join_isr=lambda replica: self.may_join_isr(replica) and not self._leaving(key, replica),
             )
             self.partitions[key] = hosted
+        before = hosted.isr if hosted.is_leader else None
         hosted.apply_state(state.leader, state.leader_epoch, tuple(state.isr), replicas)
+        if before is not None and hosted.is_leader:  # a led partition's ISR changed (for the metrics)
+            self.isr_shrinks += len(hosted.isr) < len(before)
+            self.isr_expands += len(hosted.isr) > len(before)
         if hosted.is_leader or state.leader < 0:
             self.fetchers.unfollow(key)
         else:

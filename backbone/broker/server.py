@@ -17,15 +17,20 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backbone.broker.config import BrokerConfig
+from backbone.broker.connection_limits import ConnectionLimits
 from backbone.broker.controller import Controller
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
 from backbone.broker.liveness import Liveness
 from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
+from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
+from backbone.broker.security.authorizer import Authorizer, keep_loaded
+from backbone.broker.security.guards import guard_apis
+from backbone.broker.security.listeners import inter_broker_security, secure_listener
 from backbone.coordination import (
     BrokerAlreadyRegisteredError,
     BrokerRegistration,
@@ -34,10 +39,13 @@ from backbone.coordination import (
     CoordinationError,
     EndPoint,
     PartitionState,
+    ScramCredential,
+    SessionEvent,
     Watch,
 )
 from backbone.log import LogManager
 from backbone.log.cleaner import LogCleaner
+from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
 from backbone.protocol.api import ApiTable
 from backbone.protocol.errors import KafkaError
 
@@ -82,6 +90,7 @@ class Broker(MetadataListener):
                 partition_max_bytes=config["replica.fetch.max.bytes"],
                 backoff_ms=config["replica.fetch.backoff.ms"],
                 socket_timeout_ms=config["replica.socket.timeout.ms"],
+                security=inter_broker_security(config),
             ),
         )
         self.controller = Controller(self)
@@ -94,15 +103,25 @@ class Broker(MetadataListener):
             self._liveness_changed,
             interval_ms=config["broker.liveness.probe.interval.ms"],
             timeout_ms=config["broker.liveness.timeout.ms"],
+            security=inter_broker_security(config),
         )
         self._shutdown_watch: Watch | None = None
+        self.authorizer = Authorizer.from_config(config.values)
+        self._acl_watches: list[Watch] = []
+        self.connection_limits = ConnectionLimits(config.values)
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.metadata_generation = 0
         self.stopped = asyncio.Event()
+        # Set when the broker must stop on its own (its ZooKeeper holds another cluster); `failure` says why.
+        self.failed = asyncio.Event()
+        self.failure: Exception | None = None
+        self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config["metrics.port"] else None
         register_all(self)
+        if self.authorizer.enabled:
+            guard_apis(self.api_table, self.authorizer)
 
     async def _write_partition_state(
         self, topic: str, partition: int, state: PartitionState, expected_version: int
@@ -113,21 +132,30 @@ class Broker(MetadataListener):
         """Run a blocking ZooKeeper call off the event loop."""
         return await asyncio.to_thread(function, *args, **kwargs)
 
+    async def _scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        return await self.zk(self.store.scram_credentials, user)
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        await asyncio.to_thread(self.log_manager.startup)
         await asyncio.to_thread(self.store.start)
-        self.cache.cluster_id = await self.zk(self.store.get_or_create_cluster_id)
+        self.cache.cluster_id = await self._check_cluster_id()
+        self.store.add_session_listener(lambda event: self._session_event(loop, event))
+        await asyncio.to_thread(self.log_manager.startup)
         sender = FileRegionSender(self.config["fetch.sendfile.threshold.bytes"])
         for endpoint in self.config.listeners:
             listener = Listener(
                 endpoint, self.api_table, sender, max_request_bytes=self.config["socket.request.max.bytes"]
             )
+            secure_listener(listener, self.config, self._scram_credentials)
+            listener.limits = self.connection_limits
             await listener.start()
+            listener.metrics = self.metrics
             self.listeners.append(listener)
+        if self.metrics is not None:
+            self.metrics.serve(self.config["metrics.port"], self.config.listeners[0].host)
         self.sync = MetadataSync(self.store, self.cache, loop)
         # The group coordination follows offsets-partition leadership once the replica manager has applied it.
         self.sync.listeners = [self, self.replicas, self.controller, self.group_coordination]
@@ -141,6 +169,8 @@ class Broker(MetadataListener):
         self._shutdown_watch = await self.zk(
             self.store.watch_controlled_shutdowns, self._shutdowns_threadsafe
         )
+        if self.authorizer.enabled:
+            self._acl_watches = await keep_loaded(self.authorizer, self.store)
         # Clients are served only now: an earlier Metadata answer would list no brokers, not even this one.
         for listener in self.listeners:
             await listener.start_serving()
@@ -150,6 +180,9 @@ class Broker(MetadataListener):
                 self._every(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
             ),
             loop.create_task(self._every(1.0, self._flush)),
+            loop.create_task(
+                self._every(min(max(self.connection_limits.idle_s / 4, 0.05), 30), self._close_idle)
+            ),
             # Checked at half the lag time so a follower leaves the ISR within 1.5x replica.lag.time.max.ms.
             loop.create_task(self._every(self.config["replica.lag.time.max.ms"] / 2000, self._check_isr_lag)),
             loop.create_task(self._every(PRODUCER_SNAPSHOT_INTERVAL_S, self._producer_housekeeping)),
@@ -170,6 +203,30 @@ class Broker(MetadataListener):
             ",".join(f"{x.name}://{x.endpoint.host}:{x.port}" for x in self.listeners),
             time.monotonic() - started,
         )
+
+    async def _check_cluster_id(self) -> str:
+        """The cluster id, checked against the log directories' meta.properties and recorded there, as Kafka
+        does: a broker whose ZooKeeper holds another cluster refuses to start (InconsistentClusterIdError)."""
+        identity = LogDirIdentity(self.config.log_dirs, self.broker_id)
+        stored = await asyncio.to_thread(identity.stored_cluster_id)
+        found = await self.zk(self.store.get_cluster_id)
+        identity.check(found, stored)
+        cluster_id = found or await self.zk(self.store.get_or_create_cluster_id)
+        await asyncio.to_thread(identity.record, cluster_id)
+        self.store.cluster_id = cluster_id
+        return cluster_id
+
+    def _session_event(self, loop: asyncio.AbstractEventLoop, event: SessionEvent) -> None:
+        if event is SessionEvent.WRONG_CLUSTER:
+            failure = InconsistentClusterIdError(
+                f"ZooKeeper at {self.config['zookeeper.connect']} now holds another cluster than "
+                f"{self.cache.cluster_id}; the broker stops rather than join it."
+            )
+            loop.call_soon_threadsafe(self._fail, failure)
+
+    def _fail(self, failure: Exception) -> None:
+        self.failure = failure
+        self.failed.set()
 
     async def _register(self) -> None:
         """Register in ZooKeeper; after a crash, take over the dead process's registration (same endpoints)
@@ -228,6 +285,8 @@ class Broker(MetadataListener):
         await self.group_coordination.stop()  # pending joins and syncs answer NOT_COORDINATOR
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
+        for watch in self._acl_watches:
+            watch.cancel()
         if await self.controller.stop():
             await self._bounded_zk("resign as controller", self.store.resign_controller)
         log.debug("event=shutdown_step step=listeners")
@@ -375,8 +434,14 @@ class Broker(MetadataListener):
     async def _clean_logs(self) -> None:
         await asyncio.to_thread(self.log_manager.run_cleaner)
 
+    async def _close_idle(self) -> None:
+        self.connection_limits.close_idle(self.listeners)
+
     async def _flush(self) -> None:
+        started = time.monotonic()
         await asyncio.to_thread(self.log_manager.run_flush)
+        if self.metrics is not None:
+            self.metrics.log_flush.observe(time.monotonic() - started)
 
     async def _check_isr_lag(self) -> None:
         self.replicas.check_isr_lag()
@@ -398,6 +463,12 @@ async def run_broker(config: BrokerConfig, ready: Callable[[Broker], None] | Non
         await broker.start()
         if ready is not None:
             ready(broker)
-        await stop.wait()
+        signalled = asyncio.ensure_future(stop.wait())
+        failed = asyncio.ensure_future(broker.failed.wait())
+        await asyncio.wait((signalled, failed), return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        failed.cancel()
     finally:
         await broker.stop()
+    if broker.failure is not None:
+        raise broker.failure

@@ -22,10 +22,12 @@ _COMMAND_MODULES = (
     "perf",
     "mirror",
     "audit",
-    "health",
-    "console",
     "schema_registry",
     "generate",
+    "health",
+    "console",
+    "users",
+    "acls",
 )
 
 

@@ -4,8 +4,10 @@
     backbone audit count --bootstrap-server AGGREGATE --tier aggregate
     backbone audit report --bootstrap-server AGGREGATE [--topic T] [--since 2h] [--json]
 
-`count` runs until stopped (SIGTERM/Ctrl-C). `report` exits 0 when the aggregate holds every record the
-baseline tiers (the audited producers by default) counted, 1 when some are missing (naming the buckets).
+`count` runs until stopped (SIGTERM/Ctrl-C), publishing every --interval-ms. `report` exits 0 when the
+aggregate holds every record the baseline tiers (the audited producers by default) counted, 1 when some are
+missing (naming the buckets), 2 for a usage error, and 3 when it cannot judge: a bucket no baseline tier
+counted, a baseline tier that published nothing, or no counts at all.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from backbone.cli.connect import (
     CommandFailed,
     admin_session,
     connection_options,
+    dev_topology,
     int_at_least,
     reports_failures,
 )
 
 _DEFAULT_TOPIC = "__audit"  # backbone.client.audit.DEFAULT_TOPIC (not imported: the client loads slowly)
+CANNOT_JUDGE = 3  # exit status of a report without baseline counts to judge by
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -58,7 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     count.set_defaults(handler=reports_failures(_count))
 
-    report = actions.add_parser("report", parents=common, help="compare the tiers' counts: completeness")
+    report = actions.add_parser(
+        "report", parents=[connection_options("aggregate")], help="compare the tiers' counts: completeness"
+    )
     report.add_argument("--audit-topic", default=_DEFAULT_TOPIC, help=f"default {_DEFAULT_TOPIC}")
     report.add_argument("--topic", action="append", default=[], help="only this topic (repeatable)")
     report.add_argument(
@@ -66,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     report.add_argument(
         "--baseline-tier",
-        default="producer",
-        help="tiers whose sum is expected in the aggregate, comma separated (default producer)",
+        help="tiers whose sum is expected in the aggregate, comma separated (default: the datacenter "
+        "clusters of the local dev topology when there is one, else producer)",
     )
     report.add_argument("--aggregate-tier", default="aggregate", help="the tier checked (default aggregate)")
     report.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -91,6 +97,13 @@ def parse_since(text: str, now_ms: int | None = None) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def _default_baseline() -> str:
+    """The local dev topology's datacenter clusters (each counted by `dev up`), else the audited producers."""
+    clusters = (dev_topology() or {}).get("clusters", {})
+    datacenters = [name for name in clusters if name != "aggregate"]
+    return ",".join(datacenters) if datacenters and "aggregate" in clusters else "producer"
 
 
 def _count(args: argparse.Namespace) -> int:
@@ -134,7 +147,9 @@ def _report(args: argparse.Namespace) -> int:
     from backbone.mirror.audit_report import render_text, summarize, to_json
 
     since = parse_since(args.since) if args.since else None
-    baseline = [tier.strip() for tier in args.baseline_tier.split(",") if tier.strip()]
+    baseline = [
+        tier.strip() for tier in (args.baseline_tier or _default_baseline()).split(",") if tier.strip()
+    ]
     if not baseline:
         raise UsageError("--baseline-tier names no tier")
     with admin_session(args):
@@ -155,4 +170,4 @@ def _report(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(report), indent=2))
     else:
         sys.stdout.write(render_text(report))
-    return 0 if report.complete else 1
+    return {"complete": 0, "incomplete": 1}.get(report.verdict, CANNOT_JUDGE)

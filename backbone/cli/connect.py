@@ -1,9 +1,10 @@
 """What `topics`, `produce` and `consume` share: where the cluster is, how long to wait, how failures read.
 
-Every client-side command takes `--bootstrap-server` (default: $BACKBONE_BOOTSTRAP, else 127.0.0.1:9092)
-and `--request-timeout-ms`, and opens the cluster through `admin_session`, which first asks for the
-cluster's description. That first request is what tells "nothing answers at this address" apart from
-later failures, so only then does the message tell the user to check the address and the brokers.
+Every client-side command takes `--bootstrap-server` (default: $BACKBONE_BOOTSTRAP, else the dc1 cluster of
+`var/dev/topology.json` when run where `backbone dev up` wrote one, else 127.0.0.1:9092) and
+`--request-timeout-ms`, and opens the cluster through `admin_session`, which first asks for the cluster's
+description. That first request is what tells "nothing answers at this address" apart from later failures,
+so only then does the message tell the user to check the address and the brokers.
 
 These modules import the client only inside the functions that run a command: every `backbone` command
 loads all command modules to build its parser, and most never need the client (it costs ~0.1 s).
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backbone.cli import UsageError
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
 BOOTSTRAP_ENV = "BACKBONE_BOOTSTRAP"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REQUEST_TIMEOUT_MS = 15_000
+# Where `backbone dev up` records its topology when run from a checkout (backbone.dev.topology's default;
+# not imported: it loads ZooKeeper's client, which most commands never need).
+DEV_TOPOLOGY = Path("var/dev/topology.json")
 _PROBED_SERVERS = 3  # bootstrap servers `probe` tries, each for at most _PROBE_TIMEOUT_S
 _PROBE_TIMEOUT_S = 1.0
 
@@ -53,14 +59,31 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
-def connection_options() -> argparse.ArgumentParser:
+def dev_topology() -> dict[str, Any] | None:
+    """The topology `backbone dev up` recorded in this directory's var/dev, if any."""
+    try:
+        return json.loads(DEV_TOPOLOGY.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def default_bootstrap(cluster: str = "dc1") -> str:
+    """$BACKBONE_BOOTSTRAP, else `cluster` of the local dev topology, else 127.0.0.1:9092."""
+    found = os.environ.get(BOOTSTRAP_ENV)
+    if not found:
+        found = ((dev_topology() or {}).get("clusters", {}).get(cluster) or {}).get("bootstrap")
+    return found or DEFAULT_BOOTSTRAP
+
+
+def connection_options(cluster: str = "dc1") -> argparse.ArgumentParser:
     """A parent parser with the options every client-side command takes."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT[,...]",
-        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
-        help=f"brokers to connect to first (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+        default=default_bootstrap(cluster),
+        help=f"brokers to connect to first (default: ${BOOTSTRAP_ENV}, else the {cluster} cluster of "
+        f"{DEV_TOPOLOGY} when it exists, else {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument(
         "--request-timeout-ms",
@@ -69,12 +92,26 @@ def connection_options() -> argparse.ArgumentParser:
         metavar="MS",
         help=f"how long to wait for the cluster to answer (default {DEFAULT_REQUEST_TIMEOUT_MS})",
     )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties (security.protocol, sasl.*, ssl.*, ...) as Kafka's tools take them",
+    )
     return parser
 
 
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every client of this command gets (Kafka property names)."""
-    return {"bootstrap.servers": args.bootstrap_server, "request.timeout.ms": args.request_timeout_ms}
+    config: dict[str, Any] = {}
+    if getattr(args, "command_config", None):
+        from backbone.properties import ConfigError, read_properties_file
+
+        try:
+            config.update(read_properties_file(args.command_config))
+        except (OSError, ConfigError) as exc:
+            raise UsageError(f"--command-config {args.command_config}: {exc}") from None
+    config.update({"bootstrap.servers": args.bootstrap_server, "request.timeout.ms": args.request_timeout_ms})
+    return config
 
 
 @contextmanager

@@ -1,8 +1,10 @@
 """`backbone consume TOPIC`: print a topic's records, modelled on kafka-console-consumer.sh and kcat -C.
 
 Records are written as bytes to stdout through a kcat-style `--format`, so binary keys and values pass
-through unchanged; progress and the final count go to stderr. The consumer assigns partitions itself (no
-consumer group), so nothing is committed and any number of these can read the same topic.
+through unchanged; progress and the final count go to stderr. Without `--group` the consumer assigns
+partitions itself, so nothing is committed and any number of these can read the same topic; with
+`--group G` it joins group G (sharing the partitions with its other members), starts from the group's
+committed offsets, and commits what it has written after each chunk, as kcat -G does.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="start at the first record at or after TIME: ISO 8601 (local time without a zone) or epoch ms",
     )
     parser.add_argument("--partition", type=int_at_least(0), help="read only this partition (default: all)")
+    parser.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="join this consumer group: start at its committed offsets (else at the beginning with "
+        "--from-beginning, else the end) and commit as records are written",
+    )
     parser.add_argument("--max-messages", type=int_at_least(1), help="exit after this many records")
     parser.add_argument(
         "--timeout-ms",
@@ -190,6 +198,10 @@ def consume(args: argparse.Namespace) -> int:
     parts = compile_format(_output_format(args))
     if args.from_time is not None:
         parse_time(args.from_time)  # a usage mistake is reported before anything connects
+    if args.group is not None and (args.partition is not None or args.from_time is not None):
+        raise UsageError(
+            "--group shares the topic's partitions through the group: drop --partition/--from-time"
+        )
     with admin_session(args) as admin:
         partitions = _partitions(admin, args)
         if args.offset is not None:
@@ -198,17 +210,30 @@ def consume(args: argparse.Namespace) -> int:
     reset = "none" if args.offset is not None else "latest" if _from_end(args) else "earliest"
     from backbone.client import Consumer
 
-    consumer = Consumer(client_config(args), auto_offset_reset=reset)
-    output = _Output(parts)
+    if args.group is not None:
+        config = client_config(args) | {"group.id": args.group, "enable.auto.commit": False}
+        consumer = Consumer(config, auto_offset_reset=reset)
+    else:
+        consumer = Consumer(client_config(args), auto_offset_reset=reset)
+    output = _Output(parts, consumer if args.group is not None else None)
     try:
-        consumer.assign(partitions)
-        where = _start(consumer, args, partitions)
-        positions = ", ".join(f"{tp.partition}:{consumer.position(tp)}" for tp in partitions)
-        print(f"consuming {args.topic!r} from {where} (partition:offset {positions})", file=sys.stderr)
+        if args.group is not None:
+            consumer.subscribe([args.topic])
+            start = "the beginning" if args.from_beginning else "the end"
+            print(
+                f"consuming {args.topic!r} in group {args.group!r} from its committed offsets "
+                f"(else {start}), committing as it goes",
+                file=sys.stderr,
+            )
+        else:
+            consumer.assign(partitions)
+            where = _start(consumer, args, partitions)
+            positions = ", ".join(f"{tp.partition}:{consumer.position(tp)}" for tp in partitions)
+            print(f"consuming {args.topic!r} from {where} (partition:offset {positions})", file=sys.stderr)
         _copy_records(consumer, args, output)
     finally:
         consumer.close()
-        print(f"consumed {output.count} records", file=sys.stderr)
+        print(f"consumed {output.count} record{'' if output.count == 1 else 's'}", file=sys.stderr)
     return 0
 
 
@@ -219,10 +244,11 @@ def _from_end(args: argparse.Namespace) -> bool:
 class _Output:
     """Writes rendered records to stdout as bytes and counts them."""
 
-    def __init__(self, parts: list[bytes | Field]) -> None:
+    def __init__(self, parts: list[bytes | Field], committer: Consumer | None = None) -> None:
         self.parts = parts
         self.count = 0
         self.stream = sys.stdout.buffer
+        self.committer = committer  # a group's consumer: commit what was written
 
     def write(self, batches: dict[TopicPartition, RecordList]) -> bool:
         """Write the records; False when the reader has gone away."""
@@ -237,6 +263,8 @@ class _Output:
             # points at /dev/null so the interpreter's final flush does not fail on the closed pipe.
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
             return False
+        if self.committer is not None:
+            self.committer.commit()  # the positions after the records just written
         return True
 
 

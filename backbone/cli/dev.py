@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
 from backbone.cli.connect import CommandFailed, reports_failures
@@ -17,10 +18,22 @@ The backbone is up. Each cluster's bootstrap servers, and the mirrors, are in {p
     echo hello | kcat -P -b {bootstrap} -t pageviews
   Consume:
     kcat -C -b {bootstrap} -t pageviews -o beginning -e
+  The same with the backbone command (run from this checkout it finds dc1 in {path}):
+    echo hello | backbone produce pageviews --bootstrap-server {bootstrap}
+    backbone consume pageviews --from-beginning --max-messages 1 --bootstrap-server {bootstrap}
+  Completeness of the aggregate (counted by the audit processes):
+    backbone audit report --bootstrap-server {aggregate}
 
-  Mirror logs: {directory}/mirrors/*.out
+  Mirror logs: {directory}/mirrors/*.out, audit counters: {directory}/auditors/*.out
   Status:  backbone dev status --dir {directory}
   Stop:    backbone dev down --dir {directory}
+"""
+
+BUSY_PORTS = """
+*** The usual ports were busy: {busy}.
+*** This backbone listens elsewhere (above). Examples that say 127.0.0.1:9092 would reach whatever else
+*** listens there: use the addresses printed here. `backbone` commands run from this checkout find them in
+*** {path}; elsewhere pass --bootstrap-server or export BACKBONE_BOOTSTRAP={bootstrap}.
 """
 
 
@@ -82,6 +95,8 @@ def run_up(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except StartError as exc:
         raise CommandFailed(str(exc)) from None
+    if started.restarted == 0:
+        print(f"nothing was started: everything recorded in {started.path} already runs")
     first = next(iter(started.data["clusters"].values()))
     for name, cluster in started.data["clusters"].items():
         print(f"{name:>10}: bootstrap {cluster['bootstrap']}  zookeeper {cluster['zookeeper']}")
@@ -97,12 +112,31 @@ def run_up(args: argparse.Namespace) -> int:
         print(
             f"{'registry':>10}: {started.data['schema_registry']['url']}  (schemas in aggregate's _schemas)"
         )
+    bootstrap = first["bootstrap"].split(",")[0]
+    aggregate = started.data["clusters"].get("aggregate", first)["bootstrap"].split(",")[0]
     print(
-        USAGE_AFTER_UP.format(
-            path=started.path, bootstrap=first["bootstrap"].split(",")[0], directory=args.dir
-        )
+        USAGE_AFTER_UP.format(path=started.path, bootstrap=bootstrap, aggregate=aggregate, directory=args.dir)
     )
+    busy = moved_ports(started.data)
+    if busy:
+        print(
+            BUSY_PORTS.format(busy=", ".join(busy), path=started.path, bootstrap=bootstrap), file=sys.stderr
+        )
     return 0
+
+
+def moved_ports(data: dict) -> list[str]:
+    """The usual ports this topology could not have, as `9092 (dc1 broker 1 is on 40123)`."""
+    moved = []
+    zookeeper = data["zookeeper"]["port"]
+    if zookeeper != topology.PREFERRED_ZOOKEEPER_PORT:
+        moved.append(f"{topology.PREFERRED_ZOOKEEPER_PORT} (ZooKeeper is on {zookeeper})")
+    for index, (name, cluster) in enumerate(data["clusters"].items()):
+        for number, broker in enumerate(cluster["brokers"]):
+            usual = topology.FIRST_BROKER_PORT + index * topology.PORTS_PER_CLUSTER + number
+            if broker["port"] != usual:
+                moved.append(f"{usual} ({name} broker {broker['id']} is on {broker['port']})")
+    return moved
 
 
 def run_down(args: argparse.Namespace) -> int:

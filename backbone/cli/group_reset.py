@@ -190,6 +190,13 @@ def reset_offsets(args: argparse.Namespace) -> int:
                 f"group {args.group!r} has no committed offsets; name the partitions to reset with --topic"
             )
         plan = plan_reset(target, partitions, committed, *_offsets(admin, partitions, target))
+        if not committed:
+            verb = "creates it" if args.execute else "would create it"
+            print(
+                f"warning: group {args.group!r} has no committed offsets (is the name right?): "
+                f"this {verb} with the offsets below",
+                file=sys.stderr,
+            )
         print_table(format_plan(args.group, plan))
         if not args.execute:
             print("dry run: nothing changed (add --execute to commit these offsets)", file=sys.stderr)

@@ -58,14 +58,23 @@ def elect_leaders(args: argparse.Namespace) -> int:
             partitions = [TopicPartition(args.topic, p) for p in numbers]
         results = admin.elect_leaders(args.election_type, partitions)
     failed = 0
+    internal_fine = 0  # with --all-topic-partitions: internal partitions that needed nothing, summed up
     for tp, error in sorted(results.items()):
         if error is None:
             print(f"{tp.topic}-{tp.partition}: new {args.election_type} leader elected")
+        elif (
+            isinstance(error, ElectionNotNeededError)
+            and args.all_topic_partitions
+            and tp.topic.startswith("__")
+        ):
+            internal_fine += 1
         elif isinstance(error, ElectionNotNeededError):
             print(f"{tp.topic}-{tp.partition}: election not needed: {error.message or 'it has its leader'}")
         else:
             failed += 1
             print(f"{tp.topic}-{tp.partition}: {error}", file=sys.stderr)
+    if internal_fine:
+        print(f"{internal_fine} internal partitions (__*): election not needed")
     return 1 if failed else 0
 
 

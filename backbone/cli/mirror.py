@@ -64,11 +64,12 @@ def settings(args: argparse.Namespace) -> dict[str, object]:
     return raw
 
 
-def _check_reachable(side: str, servers: str) -> None:
+def _check_reachable(side: str, servers: str, security: dict[str, object]) -> None:
     """Fail at start, naming the cluster and the cause, rather than retry silently against nothing."""
     from backbone.client import Admin, KafkaClientError
 
     with Admin(
+        security,
         bootstrap_servers=servers,
         request_timeout_ms=_CHECK_TIMEOUT_MS,
         default_api_timeout_ms=_CHECK_TIMEOUT_MS,
@@ -91,8 +92,13 @@ def _run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as error:
         raise UsageError(str(error)) from None
     logging.getLogger("backbone.mirror").setLevel(min(logging.INFO, logging.getLogger().level))
-    for side, servers in (("source", config.source_bootstrap), ("target", config.target_bootstrap)):
-        _check_reachable(side, servers)
+    from backbone.mirror.config import security_settings
+
+    for side, servers, client in (
+        ("source", config.source_bootstrap, config.consumer),
+        ("target", config.target_bootstrap, config.producer),
+    ):
+        _check_reachable(side, servers, security_settings(client))
 
     async def main() -> None:
         stop = asyncio.Event()

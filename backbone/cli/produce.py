@@ -125,19 +125,28 @@ def _split(
     )
 
 
-def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
-    """(line number, line without its line ending), reading one line at a time."""
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line without its line ending), reading one line at a time; None for a line too long
+    for a record (the rest of it is read and dropped, in bounded pieces)."""
     number = 0
     while line := stream.readline(MAX_LINE_BYTES + 2):
         number += 1
         if not line.endswith(b"\n") and len(line) > MAX_LINE_BYTES:
-            raise CommandFailed(f"line {number} is longer than {MAX_LINE_BYTES} bytes, too long for a record")
+            while (rest := stream.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
+            continue
         yield number, line.rstrip(b"\n").removesuffix(b"\r")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @reports_failures
 def produce(args: argparse.Namespace) -> int:
     from backbone.client import Producer
+    from backbone.protocol.errors import KafkaError
 
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")
@@ -155,6 +164,7 @@ def produce(args: argparse.Namespace) -> int:
         "max.request.size": MAX_LINE_BYTES + 1024,  # room for a longest line's key and headers
     }
     outcomes = Outcomes()
+    refused = 0
     producer = Producer(config)
     finished = False
     try:
@@ -165,8 +175,22 @@ def produce(args: argparse.Namespace) -> int:
             )
         progress = _Progress(args, outcomes)
         for number, line in _lines(sys.stdin.buffer):
+            if line is None:
+                refused += 1
+                print(
+                    f"backbone produce: line {number} refused (going on): longer than {MAX_LINE_BYTES} "
+                    "bytes, too long for a record",
+                    file=sys.stderr,
+                )
+                continue
             key, value = _split(line, separator, args.allow_missing_key, number)
-            outcomes.add(producer.send(args.topic, value, key=key, headers=headers, partition=args.partition))
+            try:
+                future = producer.send(args.topic, value, key=key, headers=headers, partition=args.partition)
+            except (ValueError, KafkaError) as error:  # refused before sending: too large, ...
+                refused += 1
+                print(f"backbone produce: line {number} refused (going on): {error}", file=sys.stderr)
+                continue
+            outcomes.add(future)
             if outcomes.sent % _CHECK_EVERY == 0:
                 outcomes.collect()
                 progress.report()
@@ -176,9 +200,11 @@ def produce(args: argparse.Namespace) -> int:
         # After an error or Ctrl-C, what was sent gets a short while to go out, not the delivery timeout.
         producer.close(timeout=None if finished else CLOSE_AFTER_ERROR_S)
         outcomes.collect()  # every record has its outcome now: close fails those it could not deliver
-        print(f"sent {outcomes.acknowledged} records to {args.topic!r}", file=sys.stderr)
+        print(f"sent {plural(outcomes.acknowledged, 'record')} to {args.topic!r}", file=sys.stderr)
     if outcomes.failed:
         raise CommandFailed(f"{outcomes.failed} of {outcomes.sent} records failed: {outcomes.first_error}")
+    if refused:
+        raise CommandFailed(f"{plural(refused, 'line')} refused (see above); the others were sent")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ def load_broker_config(path: str, overrides: list[str]) -> BrokerConfig:
 
 def start_broker(args: argparse.Namespace) -> int:
     from backbone.broker.server import run_broker
+    from backbone.log.meta_properties import InconsistentBrokerIdError, InconsistentClusterIdError
 
     try:
         config = load_broker_config(args.config, args.override)
@@ -57,7 +59,14 @@ def start_broker(args: argparse.Namespace) -> int:
         ports = ", ".join(f"{x.name}://{x.endpoint.host}:{x.port}" for x in broker.listeners)
         print(f"broker {broker.broker_id} ready on {ports}", flush=True)
 
-    asyncio.run(run_broker(config, ready))
+    try:
+        asyncio.run(run_broker(config, ready))
+    except (InconsistentClusterIdError, InconsistentBrokerIdError) as exc:
+        logging.getLogger("backbone.broker").error(
+            "event=broker_refused reason=%s message=%r", type(exc).__name__, str(exc)
+        )
+        print(f"backbone broker start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -285,7 +285,7 @@ class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
                     errors[name] = error
                     continue
                 partitions = sorted(topic.partitions.values(), key=lambda p: p.partition)
-                results[name] = TopicDescription(name, topic.is_internal, partitions)
+                results[name] = TopicDescription(name, topic.is_internal, partitions, topic.topic_id)
             return _raise_failures(results, errors)
 
         return await self._retrying(attempt, "describe_topics", timeout_ms)

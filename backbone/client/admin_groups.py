@@ -271,15 +271,16 @@ class GroupAdminMixin:
     # -- lag ----------------------------------------------------------------------------------------
 
     async def consumer_group_lag(
-        self: AsyncAdmin, group_ids: Iterable[str], *, timeout_ms: int | None = None
+        self: AsyncAdmin, group_ids: Iterable[str] | str, *, timeout_ms: int | None = None
     ) -> dict[str, list[PartitionLag]]:
-        """Per group, a row for each partition it committed or has assigned: committed offset, log end
-        offset, lag (end minus committed; None without a committed offset) and the member that owns it.
+        """Per group (one group id, or several), a row for each partition it committed or has assigned:
+        committed offset, log end offset, lag (end minus committed; None without a committed offset) and
+        the member that owns it.
 
         A partition whose log end cannot be learnt (its topic was deleted, it has no leader) gets a log end
         offset and lag of None rather than failing the whole view.
         """
-        wanted = list(dict.fromkeys(group_ids))
+        wanted = [group_ids] if isinstance(group_ids, str) else list(dict.fromkeys(group_ids))
         descriptions = await self.describe_consumer_groups(wanted, timeout_ms=timeout_ms)
         committed = dict(
             zip(
@@ -302,8 +303,15 @@ class GroupAdminMixin:
         self: AsyncAdmin, group_id: str, *, timeout_ms: int | None = None
     ) -> list[MirrorLag]:
         """A mirror group's lag per source partition, in records and in seconds of event time (see
-        `mirror_progress`). Ask the source cluster: that is where a mirror's group commits."""
+        `mirror_progress`). Ask the source cluster: that is where a mirror's group commits. A partition
+        assigned to a mirror that has committed nothing on it yet counts from its log start, where the
+        mirror begins."""
         committed = await self.list_consumer_group_offsets(group_id, timeout_ms=timeout_ms)
+        description = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms))[group_id]
+        uncommitted = [tp for tp in _owners(description) if tp not in committed]
+        if uncommitted:
+            starts = await self.list_offsets(dict.fromkeys(uncommitted, "earliest"), timeout_ms=timeout_ms)
+            committed = {**committed, **{tp: OffsetAndMetadata(starts[tp].offset, "") for tp in starts}}
         log_end = await self._log_end_offsets(committed, timeout_ms)
         records = {
             tp: None if log_end[tp] is None else log_end[tp] - committed[tp].offset for tp in committed

@@ -38,6 +38,8 @@ class TopicDescription(NamedTuple):
     is_internal: bool
     partitions: list[PartitionInfo]
     """Leader, leader epoch, replicas, ISR and offline replicas of each partition, by partition id."""
+    topic_id: str | None = None
+    """The topic's id in Kafka's text form: a topic deleted and created again gets a new one."""
 
 
 class ClusterDescription(NamedTuple):

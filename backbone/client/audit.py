@@ -99,6 +99,12 @@ class AuditCounter:
         self._sequence = 0
         self._counts: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
+        self._announcing = False
+
+    def announce(self) -> None:
+        """Send, with the next counts, a message of no records (topic ''): the tier says it is counting,
+        so a report can tell a tier that saw nothing from one that never ran."""
+        self._announcing = True
 
     def add(self, topic: str, timestamp_ms: int, count: int = 1) -> None:
         key = (topic, bucket_start(timestamp_ms, self.bucket_ms))
@@ -126,6 +132,13 @@ class AuditCounter:
             counts, self._counts = self._counts, Counter()
             emitted = now_ms if now_ms is not None else int(time.time() * 1000)
             messages = []
+            if self._announcing:
+                self._announcing = False
+                self._sequence += 1
+                start = bucket_start(emitted, self.bucket_ms)
+                messages.append(
+                    AuditCount(self.tier, self.process, self._sequence, "", start, self.bucket_ms, 0, emitted)
+                )
             for (topic, bucket), count in sorted(counts.items()):
                 if count:
                     self._sequence += 1

@@ -15,9 +15,11 @@ Concurrent refreshes share one request; failed ones are retried after `retry.bac
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,12 +28,14 @@ from backbone.client.config import parse_bootstrap
 from backbone.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, Decoder, Encoder
 from backbone.client.errors import (
     ClientClosedError,
+    ConfigError,
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
     NoBrokersAvailable,
 )
 from backbone.client.messages import encode_request
+from backbone.client.security import ClientSecurity, is_authentication_error
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.codec import decode_response
@@ -79,6 +83,8 @@ class TopicInfo:
     is_internal: bool = False
     available: tuple[int, ...] = ()
     """Partitions that have a leader (computed once: the producer asks for every unkeyed record)."""
+    topic_id: str | None = None
+    """Kafka's text form of the topic's id (Metadata v10+); a re-created topic gets a new one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,13 @@ class ClusterMetadata:
         return info.partitions.get(tp.partition) if info is not None else None
 
 
+def _topic_id_text(topic_id: uuid.UUID | None) -> str | None:
+    """Kafka's text form of a topic id (URL-safe base64, no padding); None for none or the zero id."""
+    if topic_id is None or topic_id.int == 0:
+        return None
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
 def parse_metadata(response: Any) -> ClusterMetadata:
     """A ClusterMetadata from a kio MetadataResponse of any version."""
     brokers = {
@@ -138,7 +151,8 @@ def parse_metadata(response: Any) -> ClusterMetadata:
         }
         available = tuple(sorted(p for p, part in partitions.items() if part.leader >= 0))
         internal = bool(getattr(topic, "is_internal", False))
-        topics[name] = TopicInfo(name, int(topic.error_code), partitions, internal, available)
+        topic_id = _topic_id_text(getattr(topic, "topic_id", None))
+        topics[name] = TopicInfo(name, int(topic.error_code), partitions, internal, available, topic_id)
     return ClusterMetadata(
         cluster_id=getattr(response, "cluster_id", None),
         controller_id=int(getattr(response, "controller_id", -1)),
@@ -162,6 +176,10 @@ class ClusterClient:
         self.config = config
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
+        try:
+            self.security = ClientSecurity.from_config(config)
+        except (ValueError, OSError) as error:
+            raise ConfigError(f"security settings: {error}") from None
         self._bootstrap = [parse_bootstrap(server) for server in config["bootstrap.servers"]]
         self._max_in_flight = max_in_flight
         self._max_response_bytes = max_response_bytes
@@ -247,6 +265,7 @@ class ClusterClient:
                     max_in_flight=self._max_in_flight,
                     max_response_bytes=self._max_response_bytes,
                     on_close=self._connection_closed,
+                    security=self.security,
                 )
                 self._connections[node_id] = conn
             await conn.connect()
@@ -291,6 +310,8 @@ class ClusterClient:
                     async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                         return await self.connection(node_id)
                 except (KafkaConnectionError, KafkaError, TimeoutError) as error:
+                    if is_authentication_error(error):
+                        raise  # credentials the broker refused do not get better with retries
                     errors.append(str(error))
             attempt += 1
             remaining = deadline - time.monotonic()
@@ -419,13 +440,16 @@ class ClusterClient:
             except TimeoutError:
                 return
 
-    async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[int]:
-        """The topic's partitions, waiting (and refreshing) until known or `timeout_ms` passes."""
+    async def wait_for_topic(self, topic: str, timeout_ms: int, partition: int | None = None) -> list[int]:
+        """The topic's partitions, waiting (and refreshing) until known or `timeout_ms` passes; with
+        `partition`, until they include it (a topic grown a moment ago), or the time is up."""
         self.add_topics([topic])
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             partitions = self.metadata.partitions_for(topic)
-            if partitions is not None:
+            if partitions is not None and (partition is None or partition in partitions):
+                return partitions
+            if partitions is not None and time.monotonic() >= deadline:
                 return partitions
             info = self.metadata.topics.get(topic)
             if info is not None and info.error_code and not error_for(info.error_code).retriable:

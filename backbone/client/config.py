@@ -77,8 +77,18 @@ _COMMON = (
     Option("reconnect.backoff.max.ms", "int", 1_000, _at_least(0)),
     Option("socket.connection.setup.timeout.ms", "int", 10_000, _at_least(1)),
     Option("metadata.max.age.ms", "int", 300_000, _at_least(0)),
-    # Only PLAINTEXT for now; the option exists so configs written for other clients fail loudly.
-    Option("security.protocol", "str", "PLAINTEXT", _one_of("PLAINTEXT")),
+    # Security (security.py): Kafka's protocol names, librdkafka's SASL names, kafka-python's TLS names.
+    Option(
+        "security.protocol", "str", "PLAINTEXT", _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    ),
+    Option("sasl.mechanism", "str", "SCRAM-SHA-512", _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    Option("sasl.username", "str", None),
+    Option("sasl.password", "str", None),
+    Option("ssl.cafile", "str", None),
+    Option("ssl.certfile", "str", None),
+    Option("ssl.keyfile", "str", None),
+    Option("ssl.password", "str", None),
+    Option("ssl.check.hostname", "bool", True),
 )
 
 PRODUCER_OPTIONS: dict[str, Option] = {

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from backbone.client.errors import KafkaConnectionError, KafkaTimeoutError
 from backbone.client.messages import CLIENT_VERSIONS, encode_request, negotiate, pick_version, require_version
+from backbone.client.security import ClientSecurity
 from backbone.protocol.api import ApiKey, VersionRange
 from backbone.protocol.codec import decode_response
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
@@ -128,8 +129,10 @@ class BrokerConnection:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client_versions: Mapping[int, VersionRange] = CLIENT_VERSIONS,
         on_close: Callable[[BrokerConnection, Exception | None], None] | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
+        self.security = security or ClientSecurity()
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
@@ -205,7 +208,10 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(self.connect_timeout_ms / 1000):
                 _, protocol = await loop.create_connection(
-                    lambda: _Protocol(self, self._max_response_bytes), self.host, self.port
+                    lambda: _Protocol(self, self._max_response_bytes),
+                    self.host,
+                    self.port,
+                    ssl=self.security.ssl_context,
                 )
         except (OSError, TimeoutError) as error:
             what = (
@@ -219,6 +225,7 @@ class BrokerConnection:
         self._protocol = protocol
         try:
             await self._negotiate()
+            await self.security.authenticate(self._call, self.address)
         except (KafkaError, KafkaConnectionError, KafkaTimeoutError) as error:
             self._fail(error if isinstance(error, KafkaConnectionError) else KafkaConnectionError(str(error)))
             raise
@@ -266,6 +273,13 @@ class BrokerConnection:
         raise KafkaConnectionError(
             f"broker at {self.address} accepts no ApiVersions version this client speaks"
         )
+
+    async def _call(self, api_key: int, **values: Any) -> Any:
+        """A request while connecting (SASL): the negotiated version, the kio response entity."""
+        version = self.version(api_key)
+        body = encode_request(api_key, version, **values)
+        response = await self._send(api_key, version, body, self.request_timeout_ms)
+        return decode_response(api_key, version, response.frame, response.body_offset)
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -184,6 +184,7 @@ class GroupMembership:
             client_id=self.cluster.client_id,
             request_timeout_ms=self.config["request.timeout.ms"],
             connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
+            security=self.cluster.security,
         )
         try:
             await conn.connect()

@@ -267,7 +267,7 @@ class AsyncProducer:
         if self._closed:
             raise ClientClosedError("the producer is closed; create a new one")
         started = time.monotonic()
-        if partition not in await self.cluster.wait_for_topic(topic, self.config["max.block.ms"]):
+        if partition not in await self.cluster.wait_for_topic(topic, self.config["max.block.ms"], partition):
             raise ValueError(f"topic {topic!r} has no partition {partition}")
         tp = TopicPartition(topic, partition)
         progress = RunProgress()

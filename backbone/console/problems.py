@@ -77,6 +77,16 @@ def _problems(snapshot: ClusterSnapshot) -> list[Problem]:
             )
     if snapshot.audit_error:
         found.append(Problem(WARN, f"{name}: {snapshot.audit_error}", "/mirrors"))
+    elif snapshot.audit is not None and snapshot.audit.verdict == "cannot judge":
+        unreported = ", ".join(snapshot.audit.unreported)
+        found.append(
+            Problem(
+                WARN,
+                f"{name}: the audit cannot judge completeness yet"
+                + (f" (no counts from {unreported})" if unreported else ""),
+                "/mirrors",
+            )
+        )
     elif snapshot.audit is not None and not snapshot.audit.complete:
         missing = snapshot.audit.incomplete_buckets()
         found.append(

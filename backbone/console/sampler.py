@@ -164,6 +164,7 @@ class ClusterSampler:
             for p in t.partitions
             if p.leader >= 0
         ]
+        self._publish_health_first(cluster, topics, now)
         resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in topics]
         configs, starts, ends, oldest, dirs, group_data = await asyncio.gather(
             self._part("topic configs", admin.describe_configs(resources), {}, notes) if topics else _empty(),
@@ -204,6 +205,36 @@ class ClusterSampler:
         except SQLAlchemyError as error:  # the pages still show the cluster; only the history has a gap
             log.warning("event=history_write_failed cluster=%s error=%s", self.settings.name, error)
         return snapshot
+
+    def _publish_health_first(self, cluster: Any, topics: dict[str, TopicState], now: int) -> None:
+        """Publish what the metadata alone says (brokers, leaders, ISR) at once, the rest as last sampled:
+        the other reads can wait on a broker that just died, and health must not wait for them."""
+        previous = self.snapshot
+        if previous.error or not previous.taken_ms:
+            return
+        for name, topic in topics.items():
+            before = previous.topics.get(name)
+            kept = {p.partition: p for p in before.partitions} if before is not None else {}
+            topic.configs = before.configs if before is not None else {}
+            for p in topic.partitions:
+                old = kept.get(p.partition)
+                if old is not None:
+                    p.start_offset, p.end_offset, p.size_bytes = (
+                        old.start_offset,
+                        old.end_offset,
+                        old.size_bytes,
+                    )
+                    p.oldest_ms = old.oldest_ms
+        # A registered broker counts as answering unless the last round found it silent; this round asks.
+        silent = {b.id for b in previous.brokers.values() if not b.up}
+        answering = {b.node_id: None if b.node_id in silent else {} for b in cluster.brokers}
+        brokers = self._brokers(cluster.brokers, topics, answering, now)
+        for broker_id, state in brokers.items():
+            if broker_id in previous.brokers:
+                state.size_bytes = previous.brokers[broker_id].size_bytes
+        self.snapshot = dataclasses.replace(
+            previous, taken_ms=now, controller_id=cluster.controller_id, brokers=brokers, topics=topics
+        )
 
     async def _log_dirs(self, brokers: list[int]) -> dict[int, dict | None]:
         """Each registered broker's replicas; None for a broker that does not answer (registered but dead:

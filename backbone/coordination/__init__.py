@@ -2,9 +2,11 @@
 partition state, configs, and the launcher for the real ZooKeeper server. The only room that talks
 to kazoo; nothing kazoo raises leaves it (see `errors`)."""
 
+from backbone.coordination.acls import AclBinding
 from backbone.coordination.assignment import BrokerPlacement, assign_replicas
 from backbone.coordination.brokers import ControllerEpoch
 from backbone.coordination.configs import ConfigChange
+from backbone.coordination.credentials import SCRAM_MECHANISMS, ScramCredential
 from backbone.coordination.errors import (
     BrokerAlreadyRegisteredError,
     CoordinationError,
@@ -26,6 +28,8 @@ from backbone.coordination.znodes import (
 from backbone.coordination.zookeeper_server import ZooKeeperServer, find_free_port, port_is_free
 
 __all__ = [
+    "SCRAM_MECHANISMS",
+    "AclBinding",
     "BrokerAlreadyRegisteredError",
     "BrokerPlacement",
     "BrokerRegistration",
@@ -38,6 +42,7 @@ __all__ = [
     "EndPoint",
     "PartitionState",
     "PortInUseError",
+    "ScramCredential",
     "SessionEvent",
     "TopicAssignment",
     "VersionConflictError",

@@ -67,6 +67,9 @@ class BrokerOps(StoreSession):
         self._registration: BrokerRegistration | None = None
         self._registration_pending = False
         self._registration_lock = threading.Lock()
+        # The cluster this broker belongs to, once known: a new session re-registers only where /cluster/id
+        # still names it (a new ZooKeeper on the same address may serve another cluster).
+        self.cluster_id: str | None = None
 
     # -- cluster id ------------------------------------------------------------------------------
 
@@ -191,6 +194,19 @@ class BrokerOps(StoreSession):
                 return event
             try:
                 with zk_errors("re-register the broker"):
+                    found = self.get_cluster_id()
+                    if self.cluster_id is not None and found != self.cluster_id:
+                        log.error(
+                            "event=inconsistent_cluster_id broker_id=%d cluster_id=%s "
+                            "zookeeper_cluster_id=%s connect=%s "
+                            "reason='ZooKeeper holds another cluster; the broker does not register'",
+                            registration.broker_id,
+                            self.cluster_id,
+                            found,
+                            self.connect_string,
+                        )
+                        self._registration, self._registration_pending = None, False
+                        return SessionEvent.WRONG_CLUSTER
                     fresh = dataclasses.replace(registration, timestamp_ms=now_ms())
                     registered = self._create_registration(fresh)
             except (CoordinationError, KafkaError):

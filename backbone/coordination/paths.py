@@ -211,13 +211,19 @@ def sequence_number(node_name: str, prefix: str) -> int:
 # -- ACLs -----------------------------------------------------------------------------------------
 
 
-def acl_resource_type_path(resource_type: str) -> str:
-    return _child(ACLS, _segment(resource_type))
+# Kafka keeps prefixed-pattern ACLs (and announces their changes) under these "extended" roots.
+ACLS_EXTENDED_PREFIXED = "/kafka-acl-extended/prefixed"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 
 
-def acl_path(resource_type: str, resource_name: str) -> str:
-    return _child(acl_resource_type_path(resource_type), _segment(resource_name))
+def acl_resource_type_path(resource_type: str, pattern_type: str = "LITERAL") -> str:
+    root = ACLS if pattern_type == "LITERAL" else ACLS_EXTENDED_PREFIXED
+    return _child(root, _segment(resource_type))
 
 
-def acl_change_prefix_path() -> str:
-    return _child(ACL_CHANGES, ACL_CHANGE_PREFIX)
+def acl_path(resource_type: str, resource_name: str, pattern_type: str = "LITERAL") -> str:
+    return _child(acl_resource_type_path(resource_type, pattern_type), _segment(resource_name))
+
+
+def acl_change_prefix_path(pattern_type: str = "LITERAL") -> str:
+    return _child(ACL_CHANGES if pattern_type == "LITERAL" else ACL_EXTENDED_CHANGES, ACL_CHANGE_PREFIX)

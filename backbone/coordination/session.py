@@ -60,6 +60,7 @@ class SessionEvent(enum.Enum):
     EXPIRED = "expired"  # the session is gone: our ephemeral nodes (broker, controller) were deleted
     NEW_SESSION = "new_session"  # connected with a new session; the broker registration is back
     REGISTRATION_FAILED = "registration_failed"  # new session, but re-registering the broker failed
+    WRONG_CLUSTER = "wrong_cluster"  # new session on a ZooKeeper holding another cluster: not registered
 
 
 def split_connect_string(connect: str) -> tuple[str, str]:

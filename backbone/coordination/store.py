@@ -10,17 +10,17 @@ threads: hand their results to your event loop with `loop.call_soon_threadsafe`.
 
 The operations live in layers, each a small module: session (connection, chroot, session events,
 watches) < brokers (cluster id, registration, controller) < topics (assignments, partition state,
-deletion) < configs (dynamic configs and their notifications).
+deletion) < configs (dynamic configs and their notifications) < credentials (SCRAM).
 """
 
 from __future__ import annotations
 
-from backbone.coordination.configs import ConfigOps
+from backbone.coordination.credentials import CredentialOps
 
 __all__ = ["ClusterStore"]
 
 
-class ClusterStore(ConfigOps):
+class ClusterStore(CredentialOps):
     """One cluster's ZooKeeper state. `ClusterStore(connect)` then `start()`, or use it with `with`."""
 
     def __enter__(self) -> ClusterStore:

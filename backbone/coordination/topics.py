@@ -188,6 +188,8 @@ class TopicOps(BrokerOps):
         first live replica as leader and the live replicas as ISR; the controller takes it from there.
         """
         config = validate_config_values(configs or {})
+        if partitions is not None:  # refused at once when even the smallest nodes could not fit
+            check_partition_count(partitions, f"creating topic '{topic}' with {partitions} partitions")
         self._check_name_is_free(topic)
         placements = self._placements()
         live = {p.broker_id for p in placements}
@@ -231,6 +233,7 @@ class TopicOps(BrokerOps):
             transaction.set_data(config_path, encode_config(config))
         else:
             transaction.create(config_path, encode_config(config))
+        check_request_size(transaction, f"creating topic '{topic}' with {created.partition_count} partitions")
         failure = transaction_failure(transaction.commit())
         if failure is None:
             return
@@ -270,6 +273,9 @@ class TopicOps(BrokerOps):
             current, version = self._read_topic(topic)
             if self._exists(paths.delete_topic_path(topic)) is not None:
                 raise InvalidTopicExceptionError(f"Topic '{topic}' is queued for deletion.")
+            check_partition_count(
+                total - current.partition_count, f"growing topic '{topic}' to {total} partitions"
+            )
             new = self._plan_new_partitions(current, total, assignment)
             merged = TopicAssignment(
                 topic,
@@ -285,6 +291,7 @@ class TopicOps(BrokerOps):
             transaction.set_data(paths.topic_path(topic), merged.encode(), version=version)
             live = set(self.broker_ids())
             self._add_partition_nodes(transaction, topic, new, live, epoch.epoch if epoch else 0)
+            check_request_size(transaction, f"growing topic '{topic}' to {total} partitions")
             failure = transaction_failure(transaction.commit())
             if failure is None:
                 log.info("partitions added topic=%s from=%d to=%d", topic, current.partition_count, total)
@@ -477,3 +484,35 @@ class TopicOps(BrokerOps):
     def watch_isr_change_notifications(self, callback: Callable[[list[str]], None]) -> Watch:
         """Call `callback(pending notification names)` now and whenever one is added or removed."""
         return self._watch_children(paths.ISR_CHANGE_NOTIFICATION, callback, "ISR change notifications")
+
+
+# ZooKeeper refuses (and drops the session of) any request over jute.maxbuffer, 1 MiB unless the server was
+# configured otherwise; a topic's creation is one transaction holding every partition's nodes.
+JUTE_MAX_BUFFER = 0xFFFFF
+_OPERATION_OVERHEAD = 64  # bytes per operation besides its path and data: header, ACL, flags
+
+
+def check_partition_count(partitions: int, what: str) -> None:
+    """Refuse, before any work, a partition count whose nodes (two each) cannot fit in one request."""
+    least = partitions * 2 * _OPERATION_OVERHEAD
+    if least > JUTE_MAX_BUFFER:
+        raise InvalidPartitionsError(
+            f"{what} needs a ZooKeeper request of more than {least / 1_048_576:.1f} MiB, over ZooKeeper's "
+            f"jute.maxbuffer limit ({JUTE_MAX_BUFFER} bytes); use fewer partitions (at most a few thousand "
+            "per topic), or several topics"
+        )
+
+
+def check_request_size(transaction: TransactionRequest, what: str) -> None:
+    """Refuse a transaction ZooKeeper would refuse, before sending it (InvalidPartitionsError)."""
+    operations = transaction.operations
+    size = sum(
+        len(op.path) + len(getattr(op, "data", None) or b"") + _OPERATION_OVERHEAD for op in operations
+    )
+    if size <= JUTE_MAX_BUFFER:
+        return
+    raise InvalidPartitionsError(
+        f"{what} needs a ZooKeeper request of about {size / 1_048_576:.1f} MiB, over ZooKeeper's "
+        f"jute.maxbuffer limit ({JUTE_MAX_BUFFER} bytes); use fewer partitions (each costs about "
+        f"{size // max(1, len(operations) // 2)} bytes), or several topics"
+    )

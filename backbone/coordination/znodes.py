@@ -87,6 +87,14 @@ def new_kafka_uuid() -> str:
     raise CoordinationError("could not draw a Kafka uuid that does not start with '-'")  # p = 64**-64
 
 
+def kafka_uuid_bytes(text: str) -> bytes:
+    """The 16 bytes of an id in Kafka's Uuid text form (the inverse of `new_kafka_uuid`)."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise CoordinationError(f"{text!r} is not a Kafka uuid (16 bytes in URL-safe base64)")
+    return raw
+
+
 # -- brokers --------------------------------------------------------------------------------------
 
 

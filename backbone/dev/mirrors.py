@@ -49,6 +49,8 @@ def command(
         "--topics-regex", ".*", "--exclude", INTERNAL_TOPICS, "--naming", "identity",
         "--group", group_id(source, target), "--instance-id", f"{group_id(source, target)}-1",
         "--metrics-port", str(metrics_port),
+        # Its counts of what it copied go to the aggregate's audit topic, every 2 s.
+        "--property", f"audit.bootstrap.servers={target_bootstrap}", "--property", "audit.interval.ms=2000",
     ]  # fmt: skip
 
 

@@ -59,6 +59,17 @@ def output_since(output_file: Path | str | None, offset: int) -> str:
         return ""
 
 
+def exit_reason(output: str, context: int = 5) -> str:
+    """Why a process that exited at start did so, from its own output: its ERROR/CRITICAL lines and the
+    last line of a traceback, else its last few lines."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    reasons = [line for line in lines if " ERROR " in line or " CRITICAL " in line]
+    if lines and lines[-1][:1] not in (" ", "\t") and any(line.startswith("Traceback") for line in lines):
+        reasons.append(lines[-1])  # the exception that ended it
+    shown = reasons[-context:] or lines[-context:]
+    return "\n".join(shown) if shown else "(it wrote nothing)"
+
+
 def output_size(output_file: Path | str) -> int:
     path = Path(output_file)
     return path.stat().st_size if path.exists() else 0
@@ -86,7 +97,7 @@ def start_until_line(
             if ready_line in text:
                 return process
             if process.poll() is not None:
-                raise error(f"{what} exited with code {process.returncode}:\n{text[-3000:]}")
+                raise error(f"{what} exited with code {process.returncode}: {exit_reason(text)}")
             time.sleep(0.05)
         raise error(f"{what} not ready after {timeout}s:\n{output_since(output_file, offset)[-3000:]}")
     except BaseException:

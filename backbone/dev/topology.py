@@ -12,19 +12,20 @@ still running is kept, what died is started again with its recorded command.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
-from backbone.dev import console, mirrors, registry
+from backbone.dev import auditors, console, mirrors, registry
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,14 @@ class PortPlan:
     def __init__(self, preferred: bool = True) -> None:
         self.preferred = preferred
         self.taken: set[int] = set()
+
+    def any(self) -> int:
+        """A free port not handed out yet."""
+        port = find_free_port(HOST)
+        while port in self.taken:
+            port = find_free_port(HOST)
+        self.taken.add(port)
+        return port
 
     def pick(self, wanted: int) -> int:
         usable = self.preferred and wanted not in self.taken and port_is_free(HOST, wanted)
@@ -69,6 +78,8 @@ def process_alive(pid: int | None, marker: str) -> bool:
 class DevTopology:
     directory: Path
     data: dict[str, Any]
+    restarted: int | None = None
+    """How many recorded processes `up` started again; None when it started a new topology."""
 
     @property
     def path(self) -> Path:
@@ -91,14 +102,63 @@ class DevTopology:
     def mirrors(self) -> list[dict[str, Any]]:
         return self.data.setdefault("mirrors", [])
 
+    @property
+    def auditors(self) -> list[dict[str, Any]]:
+        return self.data.setdefault("auditors", [])
+
     def processes(self) -> list[dict[str, Any]]:
-        """Every recorded process in stopping order: mirrors (they read and write the clusters), brokers,
-        then ZooKeeper. Starting goes the other way."""
+        """Every recorded process in stopping order: audit counters and mirrors (they read and write the
+        clusters), brokers, then ZooKeeper. Starting goes the other way."""
         found = [b for cluster in self.data["clusters"].values() for b in cluster["brokers"]]
         watching = [self.data["console"]] if "console" in self.data else []  # it only reads: stopped first
+        generators = self.data.get("generators", [])  # before the counters, so they count every record
         schema_registry = [self.data["schema_registry"]] if "schema_registry" in self.data else []
-        generators = self.data.get("generators", [])
-        return [*watching, *generators, *self.mirrors, *schema_registry, *found, self.data["zookeeper"]]
+        return [
+            *watching,
+            *generators,
+            *self.auditors,
+            *self.mirrors,
+            *schema_registry,
+            *found,
+            self.data["zookeeper"],
+        ]
+
+
+LOCK_FILE = "up.lock"
+LOCK_WAIT_S = 600.0
+
+
+@contextlib.contextmanager
+def _only_one_up(directory: Path, progress: Callable[[str], None]) -> Iterator[None]:
+    """One `up` at a time per directory: a second one waits for the first, then finds its topology."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK_FILE, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            progress(f"another `backbone dev up` (pid {holder}) is starting {directory}: waiting for it")
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise ValueError(
+                            f"another `backbone dev up` (pid {holder}) has held {directory} for "
+                            f"{LOCK_WAIT_S:.0f} s; stop it or use another --dir"
+                        ) from None
+                    time.sleep(0.2)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def up(
@@ -111,6 +171,21 @@ def up(
     generate_rate: float = 0.0,
 ) -> DevTopology:
     directory = directory.resolve()
+    with _only_one_up(directory, progress):
+        return _up(
+            directory, clusters, brokers, progress, preferred_ports, console_interval_ms, generate_rate
+        )
+
+
+def _up(
+    directory: Path,
+    clusters: tuple[str, ...],
+    brokers: int,
+    progress: Callable[[str], None],
+    preferred_ports: bool,
+    console_interval_ms: int,
+    generate_rate: float,
+) -> DevTopology:
     existing = DevTopology.load(directory)
     if existing is not None:
         wanted = set(clusters)
@@ -158,18 +233,6 @@ def up(
             )
             topology.mirrors.append(entry)
             topology.save()
-        console_port = ports.pick(console.PREFERRED_PORT)
-        progress(f"starting the console on http://{HOST}:{console_port}/")
-        data["console"] = console.start(
-            directory,
-            data["clusters"],
-            topology.mirrors,
-            console_port,
-            HOST,
-            console_interval_ms,
-            started_mirrors,
-        )
-        topology.save()
         if mirrors.AGGREGATE in clusters:  # the registry keeps its schemas in the aggregate cluster
             port = ports.pick(registry.PREFERRED_PORT)
             progress(f"starting the schema registry on http://{HOST}:{port}")
@@ -191,6 +254,22 @@ def up(
                     )
                     data.setdefault("generators", []).append(entry)
                     topology.save()
+        for tier in auditors.tiers(clusters):
+            progress(f"starting audit count {tier}")
+            topology.auditors.append(auditors.start(directory, tier, data["clusters"], started_mirrors))
+            topology.save()
+        console_port = ports.pick(console.PREFERRED_PORT)
+        progress(f"starting the console on http://{HOST}:{console_port}/")
+        data["console"] = console.start(
+            directory,
+            data["clusters"],
+            topology.mirrors,
+            console_port,
+            HOST,
+            console_interval_ms,
+            started_mirrors,
+        )
+        topology.save()
     except BaseException:
         # Leave nothing running and nothing recorded behind a failed start: the next `up` starts afresh
         # rather than restarting half a topology.
@@ -220,12 +299,13 @@ def _start_cluster(
     for broker_number in range(brokers):
         broker_id = broker_number + 1
         port = ports.pick(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number)
+        metrics_port = ports.any()
         process = BrokerProcess(
             broker_id,
             connect,
             directory / name / f"broker-{broker_id}",
             port=port,
-            properties={"cluster.name": name, **cluster_defaults(brokers)},
+            properties={"cluster.name": name, "metrics.port": metrics_port, **cluster_defaults(brokers)},
         )
         progress(f"starting {name} broker {broker_id} on {process.bootstrap}")
         started.append(process)
@@ -235,6 +315,7 @@ def _start_cluster(
                 "id": broker_id,
                 "host": HOST,
                 "port": port,
+                "metrics_port": metrics_port,
                 "pid": process.pid,
                 "start": process.command,
                 "marker": str(process.config_file),
@@ -259,9 +340,11 @@ def cluster_defaults(brokers: int) -> dict[str, str]:
 
 
 def _restart_dead(topology: DevTopology, progress: Callable[[str], None]) -> DevTopology:
+    topology.restarted = 0
     for entry in reversed(topology.processes()):  # ZooKeeper, brokers, then the mirrors that use them
         if process_alive(entry.get("pid"), entry["marker"]):
             continue
+        topology.restarted += 1
         what = _describe(entry)
         progress(f"restarting {what}")
         if entry.get("ready"):  # a mirror says when it is ready: a port could still answer for the dead one
@@ -328,7 +411,8 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
         for broker in cluster["brokers"]:
             rows.append(
                 (
-                    f"{name} broker {broker['id']} {broker['host']}:{broker['port']}",
+                    f"{name} broker {broker['id']} {broker['host']}:{broker['port']} "
+                    f"metrics {broker['host']}:{broker.get('metrics_port', '-')}",
                     broker["pid"],
                     process_alive(broker["pid"], broker["marker"]),
                 )
@@ -344,6 +428,8 @@ def status(directory: Path = DEFAULT_DIR) -> list[tuple[str, int | None, bool]]:
     if "console" in topology.data:
         entry = topology.data["console"]
         rows.append((f"console {entry['url']}", entry["pid"], process_alive(entry["pid"], entry["marker"])))
+    for auditor in topology.auditors:
+        rows.append((auditor["name"], auditor["pid"], process_alive(auditor["pid"], auditor["marker"])))
     for entry in topology.data.get("generators", []):
         rows.append((entry["name"], entry["pid"], process_alive(entry["pid"], entry["marker"])))
     if "schema_registry" in topology.data:

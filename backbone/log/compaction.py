@@ -97,17 +97,28 @@ def iter_records(data: bytes, count: int) -> Iterator[RecordSpan]:
 def check_keys_present(
     records: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]], name: str
 ) -> None:
-    """A compacted topic keeps records by key: one without a key is refused (INVALID_RECORD), as in Kafka."""
+    """A compacted topic keeps records by key: records without one are refused, as Kafka's LogValidator
+    refuses them: the first batch holding any fails as a whole with INVALID_RECORD, naming each keyless
+    record by its index in the batch (`record_errors`, KIP-467), so a client fails only those records with
+    INVALID_RECORD and the rest of the batch with an error saying another record caused it."""
     view = memoryview(records)
+    message = f"Compacted topic cannot accept message without key in topic partition {name}."
     for position, header in batches:
         if header.is_control:
             continue
         data = records_section(view[position : position + header.size], header)
-        for record in iter_records(data, header.record_count):
-            if record.key is None:
-                raise InvalidRecordError(
-                    f"Compacted topic cannot accept message without key in topic partition {name}."
-                )
+        keyless = tuple(
+            (index, message)
+            for index, record in enumerate(iter_records(data, header.record_count))
+            if record.key is None
+        )
+        if keyless:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in keyless[:3])
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(keyless)} record errors in total, "
+                f"and only showing the first three errors at most: [{shown}]",
+                record_errors=keyless,
+            )
 
 
 def key_digest(key: bytes) -> bytes:

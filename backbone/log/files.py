@@ -129,11 +129,21 @@ def storage_error(action: str, path: Path | str, exc: OSError) -> KafkaStorageEr
     return KafkaStorageErrorError(f"{action} {path} failed: {exc.strerror or exc}")
 
 
+# The most buffers one writev takes (the kernel's IOV_MAX, 1024 on Linux); more fail with EINVAL.
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+
 def write_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], total: int) -> None:
-    """Write every byte of `buffers` (os.writev may write part of them, as it does when a disk fills)."""
-    written = os.writev(fd, buffers)
-    if written != total:
-        write_rest(fd, buffers, written)
+    """Write every byte of `buffers`: one writev per IOV_MAX buffers (os.writev may write part of them,
+    as it does when a disk fills)."""
+    if len(buffers) <= IOV_MAX:
+        written = os.writev(fd, buffers)
+        if written != total:
+            write_rest(fd, buffers, written)
+        return
+    for start in range(0, len(buffers), IOV_MAX):
+        chunk = buffers[start : start + IOV_MAX]
+        write_all(fd, chunk, sum(len(b) for b in chunk))
 
 
 def write_rest(fd: int, buffers: Sequence[bytes | bytearray | memoryview], written: int) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from backbone.log.config import LogConfig
-from backbone.log.files import SegmentFile, storage_error, storage_errors, write_rest
+from backbone.log.files import SegmentFile, storage_error, storage_errors, write_all
 from backbone.log.index import INT32_MAX, IndexCache, OffsetIndex, TimeIndex
 from backbone.protocol.errors import (
     CorruptMessageError,
@@ -327,9 +327,7 @@ class Segment:
         """Write the batches (one writev) and index them; on failure the file is cut back to its old size."""
         fd = (self._file or self.file).fileno()
         try:
-            written = os.writev(fd, buffers)
-            if written != size:
-                write_rest(fd, buffers, written)
+            write_all(fd, buffers, size)
         except OSError as exc:
             self._undo_write(fd, exc)
         position = self.size

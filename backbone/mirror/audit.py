@@ -88,6 +88,7 @@ class ClusterAuditor(ConsumerRebalanceListener):
         self._committed: dict[TopicPartition, int] = {}
         self._last_checkpoint = time.monotonic()
         self.counted_total = 0
+        self.counter.announce()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Count until `stop` is set; then publish and commit what was counted, and close."""

@@ -7,8 +7,11 @@ Pure functions over `AuditCount` messages (no I/O), so the numbers are tested on
 - per topic and bucket, the aggregate tier's count is compared with the baseline tiers' (the producers by
   default, or the datacenter clusters): records missing are baseline - aggregate when positive, extra
   ones (duplicates an at-least-once mirror wrote) aggregate - baseline when positive;
-- completeness = (baseline - missing) / baseline over everything selected: "100.000%" only when nothing
-  is missing (rounded down, so 99.9996% never shows as complete).
+- completeness = (baseline - missing) / baseline over the buckets that can be judged: "100.000%" only when
+  nothing is missing (rounded down, so 99.9996% never shows as complete);
+- a bucket no baseline tier counted cannot be judged (the aggregate's records there are neither complete
+  nor duplicates), and a baseline tier that published no counts at all is named: either makes the verdict
+  "cannot judge", never 100%.
 """
 
 from __future__ import annotations
@@ -35,17 +38,26 @@ class BucketCounts:
     expected: int = 0  # the baseline tiers' sum
     arrived: int = 0  # the aggregate tier's
 
+    judged: bool = True  # some baseline tier counted it
+
     @property
     def missing(self) -> int:
         return max(0, self.expected - self.arrived)
 
     @property
     def extra(self) -> int:
-        return max(0, self.arrived - self.expected)
+        return max(0, self.arrived - self.expected) if self.judged else 0
 
     @property
     def label(self) -> str:
         return format_time(self.bucket_start_ms)
+
+    @property
+    def span(self) -> str:
+        """`2026-05-01 14:00-14:10` (UTC)."""
+        start = datetime.fromtimestamp(self.bucket_start_ms / 1000, UTC)
+        end = datetime.fromtimestamp((self.bucket_start_ms + self.bucket_ms) / 1000, UTC)
+        return f"{start:%Y-%m-%d %H:%M}-{end:%H:%M}"
 
 
 @dataclass
@@ -55,6 +67,8 @@ class Report:
     buckets: list[BucketCounts]
     tiers: list[str]
     duplicate_messages: int = 0
+    unreported: list[str] = field(default_factory=list)
+    """Baseline tiers that published no counts at all."""
 
     @property
     def expected(self) -> int:
@@ -70,15 +84,29 @@ class Report:
 
     @property
     def complete(self) -> bool:
-        return self.missing == 0
+        return self.missing == 0 and self.judgeable
 
     @property
-    def completeness(self) -> float:
-        """The fraction of the baseline's records found in the aggregate (1.0 when none were expected)."""
-        return 1.0 if self.expected == 0 else (self.expected - self.missing) / self.expected
+    def judgeable(self) -> bool:
+        """Every bucket has baseline counts, every baseline tier reported, and there is something to judge."""
+        return bool(self.buckets) and not self.unreported and not self.unjudged_buckets()
+
+    @property
+    def verdict(self) -> str:
+        if self.missing:
+            return "incomplete"
+        return "complete" if self.judgeable else "cannot judge"
+
+    @property
+    def completeness(self) -> float | None:
+        """The fraction of the baseline's records found in the aggregate; None when nothing was expected."""
+        return None if self.expected == 0 else (self.expected - self.missing) / self.expected
 
     def incomplete_buckets(self) -> list[BucketCounts]:
         return [b for b in self.buckets if b.missing]
+
+    def unjudged_buckets(self) -> list[BucketCounts]:
+        return [b for b in self.buckets if not b.judged]
 
 
 def summarize(
@@ -95,11 +123,15 @@ def summarize(
     duplicates = 0
     buckets: dict[tuple[str, int, int], BucketCounts] = {}
     tiers: set[str] = set()
+    reported: set[str] = set()
     for message in messages:
         if (message.process, message.sequence) in seen:
             duplicates += 1
             continue
         seen.add((message.process, message.sequence))
+        reported.add(message.tier)
+        if not message.topic:
+            continue  # a tier announcing that it counts: no records
         if wanted is not None and message.topic not in wanted:
             continue
         if since_ms is not None and message.bucket_start_ms + message.bucket_ms <= since_ms:
@@ -113,12 +145,14 @@ def summarize(
     for bucket in buckets.values():
         bucket.expected = sum(bucket.tiers.get(tier, 0) for tier in baseline)
         bucket.arrived = bucket.tiers.get(aggregate, 0)
+        bucket.judged = any(tier in bucket.tiers for tier in baseline)
     return Report(
         baseline=tuple(baseline),
         aggregate=aggregate,
         buckets=[buckets[key] for key in sorted(buckets)],
         tiers=_tier_order(tiers, baseline, aggregate),
         duplicate_messages=duplicates,
+        unreported=[tier for tier in baseline if tier not in reported],
     )
 
 
@@ -146,18 +180,28 @@ def render_text(report: Report) -> str:
             topic = bucket.topic
             lines.append(f"topic {topic}")
         counts = " ".join(f"{tier}={bucket.tiers.get(tier, 0)}" for tier in report.tiers)
-        share = 1.0 if bucket.expected == 0 else (bucket.expected - bucket.missing) / bucket.expected
+        if bucket.judged:
+            share = format_percent(
+                (bucket.expected - bucket.missing) / bucket.expected if bucket.expected else 1.0
+            )
+        else:
+            share = "cannot judge"
         notes = f" missing={bucket.missing}" if bucket.missing else ""
         notes += f" duplicates={bucket.extra}" if bucket.extra else ""
-        lines.append(f"  {bucket.label} {counts} {format_percent(share)}{notes}")
+        lines.append(f"  {bucket.label} {counts} {share}{notes}")
     if not report.buckets:
-        lines.append("no audit counts found for the topics and time asked")
+        lines.append("no audit counts found for the topics and time asked: cannot judge")
     baseline = "+".join(report.baseline)
+    for tier in report.unreported:
+        lines.append(f"baseline tier {tier} published no counts: cannot judge what it handled")
+    for bucket in report.unjudged_buckets():
+        lines.append(f"no {baseline} counts for {bucket.topic} {bucket.span}: cannot judge")
+    judged = "nothing to judge" if report.completeness is None else format_percent(report.completeness)
     lines.append(
-        f"completeness of {report.aggregate} against {baseline}: {format_percent(report.completeness)} "
+        f"completeness of {report.aggregate} against {baseline}: {judged} "
         f"({report.expected - report.missing} of {report.expected} records"
         + (f", {report.extra} duplicates" if report.extra else "")
-        + ")"
+        + f"); verdict: {report.verdict}"
     )
     for bucket in report.incomplete_buckets():
         lines.append(
@@ -172,6 +216,9 @@ def to_json(report: Report) -> dict[str, object]:
         "aggregate": report.aggregate,
         "tiers": report.tiers,
         "complete": report.complete,
+        "verdict": report.verdict,
+        "unreported_baseline_tiers": report.unreported,
+        "unjudged_buckets": [{"topic": b.topic, "bucket": b.label} for b in report.unjudged_buckets()],
         "completeness": report.completeness,
         "expected": report.expected,
         "missing": report.missing,

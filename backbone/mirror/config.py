@@ -157,3 +157,9 @@ class MirrorConfig:
 
     def target_topic(self, source_topic: str) -> str:
         return source_topic if self.naming == "identity" else f"{self.source_alias}.{source_topic}"
+
+
+def security_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The TLS and SASL settings among a client's settings (security.protocol, sasl.*, ssl.*): what the
+    mirror's admin clients and start-up checks need to reach the same cluster as its consumer or producer."""
+    return {k: v for k, v in settings.items() if k.startswith(("security.", "sasl.", "ssl."))}

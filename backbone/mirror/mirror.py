@@ -41,9 +41,9 @@ from backbone.client.audit import AuditCounter, AuditPublisher
 from backbone.client.mirror_progress import commit_metadata
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
-from backbone.mirror.config import MirrorConfig
+from backbone.mirror.config import MirrorConfig, security_settings
 from backbone.mirror.metrics import MirrorMetrics
-from backbone.protocol.errors import TopicAlreadyExistsError
+from backbone.protocol.errors import InvalidPartitionsError, TopicAlreadyExistsError
 from backbone.protocol.records import KEY, OFFSET, TIMESTAMP, VALUE, Record
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ _POLL_MS = 500
 _RETRY_BACKOFF_S = 1.0
 _CLOSE_STEP_S = 10.0  # each step of a shutdown waits at most this long
 _MAX_IN_FLIGHT_RECORDS = 100_000  # sent but not yet acknowledged; beyond this, wait for the target
+_SOURCE_CHECK_S = 5.0  # how often copied source topics are checked for new partitions or a new topic id
 
 
 @dataclass
@@ -61,6 +62,7 @@ class _Route:
     target_topic: str
     source_partitions: int
     target_partitions: int
+    source_topic_id: str | None = None
 
     def partition_for(self, source_partition: int) -> int | None:
         same = self.source_partitions == self.target_partitions
@@ -70,6 +72,7 @@ class _Route:
 @dataclass
 class _PartitionProgress:
     acknowledged: int | None = None  # next source offset to commit: everything before it is in the target
+    resumed_from: int | None = None  # where copying started: the committed offset, else the log start
     committed: int | None = None
     newest_timestamp: int | None = None
     stopped_reason: str | None = None
@@ -130,8 +133,13 @@ class Mirror(ConsumerRebalanceListener):
                 **config.producer,
             }
         )
-        self.source_admin = AsyncAdmin({"bootstrap.servers": config.source_bootstrap})
-        self.target_admin = AsyncAdmin({"bootstrap.servers": config.target_bootstrap})
+        # The admins connect as the consumer (source) and the producer (target) do.
+        self.source_admin = AsyncAdmin(
+            {"bootstrap.servers": config.source_bootstrap, **security_settings(config.consumer)}
+        )
+        self.target_admin = AsyncAdmin(
+            {"bootstrap.servers": config.target_bootstrap, **security_settings(config.producer)}
+        )
         self._routes: dict[str, _Route] = {}
         self._stats = _Stats()
         self._last_commit = time.monotonic()
@@ -142,6 +150,7 @@ class Mirror(ConsumerRebalanceListener):
         self._retrying = False  # a partition was rewound this cycle: back off before reading it again
         self.audit = _audit_publisher(config) if config.audit_bootstrap else None
         self._last_audit = time.monotonic()
+        self._last_source_check = time.monotonic()
 
     # -- the cycle ---------------------------------------------------------------------------------
 
@@ -168,6 +177,9 @@ class Mirror(ConsumerRebalanceListener):
                     self._retrying = False
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), _RETRY_BACKOFF_S)
+                if time.monotonic() - self._last_source_check >= _SOURCE_CHECK_S:
+                    self._last_source_check = time.monotonic()
+                    await self._check_sources(set(self._routes))
                 self._update_lag()
                 if time.monotonic() - self._last_commit >= self.config.commit_interval_ms / 1000:
                     await self._commit(None)
@@ -180,10 +192,15 @@ class Mirror(ConsumerRebalanceListener):
 
     async def _copy(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Send the polled records; they are counted (and committable) once acknowledged (`_settle_done`)."""
+        # Before sending anything: a topic whose partitions went back (offset out of range) or grew may
+        # have been re-created.
+        recreated = await self._check_sources({tp.topic for tp, rs in polled.items() if self._moved(tp, rs)})
         for tp, records in polled.items():
             progress = self._stats.of(tp)
             if progress.stopped_reason is not None:
                 continue
+            if tp.topic in recreated:
+                continue  # read again from the new topic's start
             try:
                 route = await self._route(tp.topic, tp.partition)
             except (KafkaError, KafkaClientError) as error:
@@ -201,6 +218,17 @@ class Mirror(ConsumerRebalanceListener):
         if self._isolating or self._in_flight_records > _MAX_IN_FLIGHT_RECORDS:
             await self.producer.flush()  # bounds what is unacknowledged; isolation needs each answer now
         self._settle_done()
+
+    def _moved(self, tp: TopicPartition, records: list[ConsumerRecord]) -> bool:
+        """The partition is new to its route, or its records start before the mirror's position."""
+        route = self._routes.get(tp.topic)
+        if route is None:
+            return False
+        progress = self._stats.of(tp)
+        position = progress.resumed_from if progress.acknowledged is None else progress.acknowledged
+        return tp.partition >= route.source_partitions or (
+            position is not None and records[0].offset < position
+        )
 
     def _settle_done(self) -> None:
         """Settle sent chunks, oldest first, while they are fully acknowledged (or failed)."""
@@ -349,8 +377,71 @@ class Mirror(ConsumerRebalanceListener):
             log.info("event=mirror_topic_created topic=%s partitions=%d", target_topic, count)
         except TopicAlreadyExistsError:
             pass  # made by another mirror, or earlier
-        target = (await self.target_admin.describe_topics([target_topic]))[target_topic]
-        return _Route(target_topic, count, len(target.partitions))
+        target = len((await self.target_admin.describe_topics([target_topic]))[target_topic].partitions)
+        if target < count:  # the source grew: so does the target (never the other way), as MirrorMaker 2
+            try:
+                await self.target_admin.create_partitions({target_topic: count})
+                log.info(
+                    "event=mirror_target_partitions_grown topic=%s from=%d to=%d", target_topic, target, count
+                )
+            except InvalidPartitionsError:
+                pass  # another mirror grew it first
+            target = count
+        return _Route(target_topic, count, target, source.topic_id)
+
+    async def _check_sources(self, topics: set[str]) -> set[str]:
+        """Follow the routed source topics: a grown one grows its target; a re-created one (new topic
+        id) is copied from its start. Returns the re-created ones."""
+        recreated: set[str] = set()
+        if not topics:
+            return recreated
+        try:
+            found = await self.source_admin.describe_topics(topics)
+        except (KafkaError, KafkaClientError) as error:
+            if not getattr(error, "results", None):
+                log.warning("event=mirror_source_check_failed topics=%d error=%r", len(topics), str(error))
+                return recreated
+            found = error.results  # type: ignore[attr-defined]
+        for topic, source in found.items():
+            route = self._routes.get(topic)
+            if route is None:
+                continue
+            if (
+                None not in (route.source_topic_id, source.topic_id)
+                and route.source_topic_id != source.topic_id
+            ):
+                recreated.add(topic)
+                await self._source_recreated(topic, route, source.topic_id)
+            elif len(source.partitions) > route.source_partitions:
+                self._routes[topic] = await self._make_route(topic)
+        return recreated
+
+    async def _source_recreated(self, topic: str, old: _Route, new_id: str | None) -> None:
+        """A source topic deleted and created again is a new topic: copy it from its start into the same
+        target topic, which keeps the records copied from the old one (its retention removes them)."""
+        partitions = {tp for tp in self.consumer.assignment() if tp.topic == topic}
+        log.warning(
+            "event=mirror_source_topic_recreated topic=%s old_topic_id=%s new_topic_id=%s partitions=%d "
+            "decision=%r",
+            topic,
+            old.source_topic_id,
+            new_id,
+            len(partitions),
+            "copy the new topic from its first offset; the target keeps what was copied from the old one",
+        )
+        self._forget_in_flight(partitions)
+        self._routes[topic] = await self._make_route(topic)
+        starts = (
+            await self.source_admin.list_offsets(dict.fromkeys(partitions, "earliest")) if partitions else {}
+        )
+        for tp in partitions:
+            self._isolating.pop(tp, None)
+            start = starts[tp].offset if tp in starts else None
+            # The new start is committed at once, so a restart does not resume from the old topic's offsets.
+            self._stats.partitions[tp] = _PartitionProgress(acknowledged=start, resumed_from=start)
+            if start is not None:
+                self.consumer.seek(tp, start)
+            self.consumer.resume(tp)
 
     # -- offsets and rebalances ----------------------------------------------------------------------
 
@@ -388,6 +479,25 @@ class Mirror(ConsumerRebalanceListener):
             "event=mirror_assigned partitions=%s",
             ",".join(f"{t.topic}-{t.partition}" for t in sorted(assigned)),
         )
+        if assigned:
+            await self._note_resume_points(assigned)
+
+    async def _note_resume_points(self, assigned: set[TopicPartition]) -> None:
+        """Where each partition's copy resumes (committed offset, else the log start, as
+        auto.offset.reset=earliest does), so its lag is known before the first acknowledgement."""
+        try:
+            committed = await self.consumer.committed(assigned)
+            fresh = {tp: "earliest" for tp in assigned if committed.get(tp) is None}
+            starts = await self.source_admin.list_offsets(fresh) if fresh else {}
+        except (KafkaError, KafkaClientError) as error:  # lag stays unknown until the first acknowledgement
+            log.warning("event=mirror_resume_points_unknown error=%r", str(error))
+            return
+        for tp in assigned:
+            progress = self._stats.of(tp)
+            if committed.get(tp) is not None:
+                progress.resumed_from = progress.committed = committed[tp].offset
+            elif tp in starts:
+                progress.resumed_from = starts[tp].offset
 
     def _drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
@@ -404,23 +514,19 @@ class Mirror(ConsumerRebalanceListener):
     # -- reporting ---------------------------------------------------------------------------------
 
     def _update_lag(self) -> None:
-        for tp in self.consumer.assignment():
-            high = self.consumer.highwater(tp)
-            progress = self._stats.of(tp)
-            if high is None or progress.acknowledged is None:
-                continue
-            self.metrics.lag(
-                tp.topic, tp.partition, max(0, high - progress.acknowledged), progress.newest_timestamp
-            )
+        for tp, records in self.lag().items():
+            self.metrics.lag(tp.topic, tp.partition, records, self._stats.of(tp).newest_timestamp)
 
     def lag(self) -> dict[TopicPartition, int]:
-        """Records still to copy, per assigned partition whose high watermark is known."""
+        """Records still to copy, per assigned partition whose high watermark and position are known: the
+        position is what the target acknowledged, or where the copy resumed until it acknowledges."""
         found = {}
         for tp in self.consumer.assignment():
             high = self.consumer.highwater(tp)
-            acknowledged = self._stats.of(tp).acknowledged
-            if high is not None:
-                found[tp] = max(0, high - (acknowledged or 0))
+            progress = self._stats.of(tp)
+            position = progress.resumed_from if progress.acknowledged is None else progress.acknowledged
+            if high is not None and position is not None:
+                found[tp] = max(0, high - position)
         return found
 
     def _report_progress(self) -> None:

@@ -51,6 +51,11 @@ Ranges, and why (key in brackets):
 - DeleteRecords [21] 0-2, OffsetForLeaderEpoch [23] 2-4, DescribeConfigs [32] 1-4,
   AlterConfigs [33] 0-2, CreatePartitions [37] 0-3, DeleteGroups [42] 0-2,
   IncrementalAlterConfigs [44] 0-1, OffsetDelete [47] 0: every version kio has.
+- DescribeAcls [29], CreateAcls [30], DeleteAcls [31] 1-2: 1 added prefixed patterns (KIP-290), 2 is
+  the first flexible one; 3 changes nothing on the wire but makes kafka-python infer a 3.3 broker.
+- SaslHandshake [17] 0-1, SaslAuthenticate [36] 0-2, DescribeUserScramCredentials [50] 0,
+  AlterUserScramCredentials [51] 0: every version kio has (v0 handshakes are followed by raw SASL tokens,
+  v1 by SaslAuthenticate requests; SaslAuthenticate v1+ carries the session lifetime, KIP-368).
 
 Produce is advertised from version 0 although versions 0-2 are refused (UNSUPPORTED_VERSION):
 librdkafka enables compression only when the broker lists Produce v0, so Apache Kafka 4.0 does
@@ -60,7 +65,9 @@ those versions while a higher common one exists.
 The broker must answer an ApiVersions request of a version it does not support (a newer client
 probes with its newest) with `unsupported_api_versions_response()`: a v0 body with
 UNSUPPORTED_VERSION and our ApiVersions range, so the client retries with a version we speak.
-Any other unknown key or unsupported version is a malformed request (Kafka closes the connection).
+Any other unknown key or unsupported version gets that version's response with UNSUPPORTED_VERSION in
+its top-level error field where the schema has one (`entities.error_answer`); where it has none (or the
+key is unknown to Kafka's schemas), no answer can say so and the connection closes, as Kafka closes it.
 """
 
 from __future__ import annotations
@@ -104,15 +111,20 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -120,6 +132,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
 
 
@@ -180,6 +194,13 @@ SUPPORTED_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_LOG_DIRS: _R(1, 4),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: _R(0, 0),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: _R(0, 0),
+        ApiKey.DESCRIBE_ACLS: _R(1, 2),
+        ApiKey.CREATE_ACLS: _R(1, 2),
+        ApiKey.DELETE_ACLS: _R(1, 2),
+        ApiKey.SASL_HANDSHAKE: _R(0, 1),
+        ApiKey.SASL_AUTHENTICATE: _R(0, 2),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _R(0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _R(0, 0),
     }
 )
 """The default range of each API (see the module docstring for why)."""
@@ -228,6 +249,11 @@ class ApiTable(Generic[H]):
         if versions.min < decodable.min or versions.max > decodable.max:
             raise ValueError(f"{api_key.name} versions {versions} exceed what kio can decode ({decodable})")
         self._entries[api_key] = _Entry(handler, versions)
+
+    def replace(self, api_key: ApiKey, handler: H) -> None:
+        """Serve a registered API with another handler (one that wraps the first), same versions."""
+        entry = self._entries[ApiKey(api_key)]
+        self._entries[api_key] = _Entry(handler, entry.versions)
 
     def versions(self, api_key: int) -> VersionRange | None:
         entry = self._entries.get(api_key)

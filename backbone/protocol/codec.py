@@ -22,8 +22,10 @@ The walk merges runs of fixed-size fields and skips arrays of fixed-size structs
 element, so it costs about as much as kio's own decoding. Non-flexible versions need neither
 check (kio does not preallocate legacy arrays) and go straight to kio.
 
-Every decode failure (truncation, bad lengths, invalid UTF-8, trailing bytes) is raised as
-`MalformedMessage` (an INVALID_REQUEST error); the cause is chained.
+Every decode failure (truncation, bad lengths, invalid UTF-8) is raised as `MalformedMessage`
+(an INVALID_REQUEST error); the cause is chained. Bytes after a request's last field are ignored,
+as Kafka ignores them (librdkafka reserves room for array counts and leaves the spare bytes, e.g.
+three after a null topics array in Metadata v12); a response must end where its schema does.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def _writer(entity_type: type) -> Callable[[io.BytesIO, Any], None]:
     return entity_writer(entity_type)
 
 
-def _decode(entity_type: type, buf: Buffer, pos: int) -> Entity:
+def _decode(entity_type: type, buf: Buffer, pos: int, *, exact: bool) -> Entity:
     # kio's native reader refuses writable buffers; a read-only view costs no copy.
     view = memoryview(buf).cast("B").toreadonly()
     if pos > len(view):
@@ -114,7 +116,7 @@ def _decode(entity_type: type, buf: Buffer, pos: int) -> Entity:
         entity, size = _reader(entity_type)(data, start)
     except (SerialError, ValueError, KeyError, IndexError, struct.error) as error:
         raise MalformedMessage(f"cannot decode {entity_type.__qualname__}: {error}") from error
-    if start + size != len(data):
+    if exact and start + size != len(data):
         raise MalformedMessage(
             f"{entity_type.__qualname__} v{entity_type.__version__} leaves "
             f"{len(data) - start - size} trailing bytes"
@@ -123,13 +125,13 @@ def _decode(entity_type: type, buf: Buffer, pos: int) -> Entity:
 
 
 def decode_request(api_key: int, version: int, buf: Buffer, pos: int = 0) -> Entity:
-    """The request body in `buf[pos:]` (exactly; trailing bytes are an error) as a kio entity."""
-    return _decode(request_type(api_key, version), buf, pos)
+    """The request body in `buf[pos:]` as a kio entity (bytes after its last field are ignored)."""
+    return _decode(request_type(api_key, version), buf, pos, exact=False)
 
 
 def decode_response(api_key: int, version: int, buf: Buffer, pos: int = 0) -> Entity:
-    """The response body in `buf[pos:]` as a kio entity."""
-    return _decode(response_type(api_key, version), buf, pos)
+    """The response body in `buf[pos:]` (exactly; trailing bytes are an error) as a kio entity."""
+    return _decode(response_type(api_key, version), buf, pos, exact=True)
 
 
 def encode(entity: Entity) -> bytes:

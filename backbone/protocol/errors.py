@@ -17,8 +17,10 @@ class KafkaError(Exception):
 
     code: ErrorCode = ErrorCode.unknown_server_error
 
-    def __init__(self, message: str = "") -> None:
+    def __init__(self, message: str = "", record_errors: tuple[tuple[int, str | None], ...] = ()) -> None:
         self.message = message
+        # (index in its batch, message) of the records that failed a produced batch (KIP-467).
+        self.record_errors = record_errors
         name = self.code.name.upper()
         super().__init__(f"{name}: {message}" if message else name)
 

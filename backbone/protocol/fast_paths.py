@@ -117,13 +117,12 @@ def decode_produce_request(buf: Buffer, version: int, pos: int = 0) -> ProduceRe
     view = memoryview(buf).cast("B")
     decode = _decode_produce_flexible if version >= _PRODUCE_FIRST_FLEXIBLE else _decode_produce_legacy
     try:
-        request, end = decode(view, pos)
+        # Bytes after the last field are ignored, as Kafka ignores them (see codec).
+        request, _end = decode(view, pos)
     except (struct.error, IndexError) as error:
         raise MalformedMessage(f"Produce request v{version} is truncated") from error
     except UnicodeDecodeError as error:
         raise MalformedMessage(f"string in Produce request is not valid UTF-8: {error}") from error
-    if end != len(view):
-        raise MalformedMessage(f"Produce request leaves {len(view) - end} trailing bytes")
     return request
 
 

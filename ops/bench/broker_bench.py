@@ -33,7 +33,7 @@ from local_cluster import one_broker, stop_on_termination
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 
 VALUE_SIZE = 200
-SECTION = "## Broker (issue: Kafka-protocol broker)"
+SECTION = "## Broker"
 NAME = "broker"
 
 

@@ -7,7 +7,7 @@ commit waits for all in-sync replicas, as acks=all). `--clients` consumers (one 
 each, as separate applications would be) each commit `--partitions` partition offsets per OffsetCommit
 request, back to back, for `--seconds`. Prints partition offsets committed per second (every one answered
 without error, checked) and requests per second, then reads one group's offsets back to check the last
-commit stuck. The target of issue 5 is at least 5,000 partition offsets per second.
+commit stuck. The target is at least 5,000 partition offsets per second.
 """
 
 from __future__ import annotations

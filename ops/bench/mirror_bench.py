@@ -38,7 +38,7 @@ from local_cluster import stop_on_termination
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 
 VALUE_SIZE = 200
-SECTION = "## Mirror (issue 6)"
+SECTION = "## Mirror"
 NAME = "mirror"
 SEND_TIME = struct.Struct(">q")
 GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}

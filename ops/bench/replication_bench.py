@@ -35,7 +35,7 @@ from backbone.coordination import ClusterStore, ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 
 VALUE = b"x" * 200
-SECTION = "## Replication (issue: replication)"
+SECTION = "## Replication"
 NAME = "replication"
 RF1 = "rf1 acks=1"
 RF3 = "rf3 acks=all"

@@ -88,6 +88,26 @@ STEPS = (
         timeout=1200,
     ),
     Step(
+        "broker-metrics",
+        "metrics_bench.py",
+        ("--records", "200000", "--rounds", "6"),
+        ("--records", "20000", "--rounds", "2"),
+        timeout=1200,
+    ),
+    Step(
+        "topology",
+        "topology_bench.py",
+        (
+            "--records",
+            "200000",
+        ),
+        (
+            "--records",
+            "20000",
+        ),
+        timeout=1200,
+    ),
+    Step(
         "machine",
         "machine_bench.py",
         (),

@@ -43,10 +43,14 @@ class RawConnection:
             count -= len(chunk)
         return b"".join(chunks)
 
-    def request(self, entity: Any) -> Any:
-        """Send a kio request entity and decode the response of the same API and version."""
+    def request(self, entity: Any, spare: bytes = b"") -> Any:
+        """Send a kio request entity (followed by `spare` bytes inside its frame) and decode the
+        response of the same API and version."""
         self.correlation_id += 1
-        self.sock.sendall(codec.encode_request_frame(self.correlation_id, "tests", entity))
+        frame = codec.encode_request_frame(self.correlation_id, "tests", entity)
+        if spare:
+            frame = struct.pack(">i", len(frame) - 4 + len(spare)) + frame[4:] + spare
+        self.sock.sendall(frame)
         frame = self.read_frame()
         api_key, version = int(entity.__api_key__), int(entity.__version__)
         correlation_id, pos = decode_response_header(frame, response_header_version(api_key, version))

@@ -43,7 +43,7 @@ def broker_factory(zookeeper: ZooKeeperServer, chroot: str, tmp_path: Path) -> I
 def wait_until_brokers_see_each_other(brokers: list[BrokerProcess], timeout: float = 30.0) -> None:
     """Each broker learns of the others through a ZooKeeper watch a moment after they register; a client
     bootstrapped from one of them only knows the brokers that one lists, so wait until all list all."""
-    from conftest import wait_until
+    from tests.helpers.waiting import wait_until
 
     wanted = {b.broker_id for b in brokers}
 

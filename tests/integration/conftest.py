@@ -8,32 +8,19 @@ never see each other's znodes; `store_factory` opens more stores (more sessions)
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from backbone.coordination import ClusterStore, ZooKeeperServer, find_free_port
+from tests.helpers.waiting import wait_until
 
 # A short tick keeps session timeouts (2..20 ticks) short, so expiry tests finish quickly.
 TICK_TIME_MS = 200
 SESSION_TIMEOUT_S = 4.0
 
 WaitFor = Callable[..., None]
-
-
-def wait_until(
-    condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = ""
-) -> None:
-    """Poll `condition` until it is truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:.1f}s waiting for {what or condition}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")
@@ -88,3 +75,4 @@ def wait_for() -> WaitFor:
 
 
 from broker_fixtures import broker, broker_factory  # noqa: E402, F401 - fixtures for every integration test
+from security_fixtures import certificates, secure_broker  # noqa: E402, F401 - fixtures for the security tests

@@ -114,7 +114,9 @@ def test_the_report_proves_the_aggregate_complete_and_names_the_missing_bucket(
     first, second = format_time(START_MS), format_time(START_MS + BUCKET_MS)
     for bucket in (first, second):
         assert f"  {bucket} producer=300 dc1=300 mirror-dc1-aggregate=300 aggregate=300 100.000%" in text
-    assert "completeness of aggregate against producer: 100.000% (600 of 600 records)" in text
+    assert (
+        "completeness of aggregate against producer: 100.000% (600 of 600 records); verdict: complete" in text
+    )
 
     everything = run("audit", "report", "--bootstrap-server", target.bootstrap, "--json")
     assert everything.returncode == 1, everything.stderr.decode()

@@ -150,7 +150,7 @@ def test_default_start_is_the_end_and_ctrl_c_exits_130(broker) -> None:
         assert consumer.finish() == 130
     expected = f"Partition:1\tOffset:{metadata.offset}\tTimestamp:{metadata.timestamp}\tnew\n"
     assert bytes(consumer.out) == expected.encode(), "only the record produced after the start is printed"
-    assert bytes(consumer.err).endswith(b"consumed 1 records\n")
+    assert bytes(consumer.err).endswith(b"consumed 1 record\n")
     assert b"Traceback" not in consumer.err
 
 

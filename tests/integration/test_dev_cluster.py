@@ -14,12 +14,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from mirror_support import end_total, read_all
 
 from backbone.dev.topology import process_alive
 from backbone.mirror.provenance import origin
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -119,9 +119,14 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
         assert Path(mirror["output"]).is_relative_to(dev_dir.resolve())
         with urllib.request.urlopen(f"http://127.0.0.1:{mirror['metrics_port']}/metrics", timeout=10) as page:
             assert page.status == 200
+    for cluster in clusters.values():  # every broker serves its Prometheus metrics on its own port
+        (broker,) = cluster["brokers"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker['metrics_port']}/metrics", timeout=10) as page:
+            assert b"backbone_broker_leader_partitions" in page.read()
+    assert [a["tier"] for a in topology["auditors"]] == ["dc1", "dc2", "aggregate"]
     status = backbone("dev", "status", "--dir", str(dev_dir))
-    # 3 brokers, 2 mirrors, ZooKeeper, the console and the schema registry
-    assert status.returncode == 0 and status.stdout.count("running") == 8
+    # 3 brokers, 2 mirrors, 3 audit counters, the schema registry, ZooKeeper and the console
+    assert status.returncode == 0 and status.stdout.count("running") == 11
     console = topology["console"]
     assert f"console: {console['url']}  user operator  password {console['password']}" in started.stdout
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
@@ -157,12 +162,11 @@ def test_dev_up_mirrors_each_datacenter_into_the_aggregate(dev_dir: Path) -> Non
     assert restarted["pid"] != victim["pid"] and process_alive(restarted["pid"], restarted["marker"])
 
     stopped = backbone("dev", "down", "--dir", str(dev_dir))
-    assert stopped.returncode == 0 and "stopped 7 process(es)" in stopped.stdout
+    assert stopped.returncode == 0 and "stopped 11 process(es)" in stopped.stdout
     lines = stopped.stdout.splitlines()
     assert lines[0].startswith("stopping console"), "the console first: it only reads"
-    assert lines[1].startswith("stopping mirror") and lines[2].startswith("stopping mirror"), (
-        "then the mirrors"
-    )
+    assert all(line.startswith("stopping audit count") for line in lines[1:4]), "then the counters"
+    assert lines[4].startswith("stopping mirror") and lines[5].startswith("stopping mirror"), "then mirrors"
     final = json.loads((dev_dir / "topology.json").read_text())
     assert all(m["pid"] is None for m in final["mirrors"])
     assert not process_alive(restarted["pid"], restarted["marker"])

@@ -249,8 +249,14 @@ def test_find_coordinator_versions_agree(single: BrokerProcess, wait_for) -> Non
     for version in range(4):
         assert find_coordinator(single.bootstrap, "any-group", version) == (ErrorCode.none, node, address)
     # Transactions are not offered; an unknown key type is a bad request.
-    assert find_coordinator(single.bootstrap, "txn", 4, key_type=1)[0] == ErrorCode.coordinator_not_available
-    assert find_coordinator(single.bootstrap, "txn", 3, key_type=1)[0] == ErrorCode.coordinator_not_available
+    assert (
+        find_coordinator(single.bootstrap, "txn", 4, key_type=1)[0]
+        == ErrorCode.transactional_id_authorization_failed
+    )
+    assert (
+        find_coordinator(single.bootstrap, "txn", 3, key_type=1)[0]
+        == ErrorCode.transactional_id_authorization_failed
+    )
     assert find_coordinator(single.bootstrap, "x", 4, key_type=7)[0] == ErrorCode.invalid_request
 
 

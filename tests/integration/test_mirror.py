@@ -90,7 +90,7 @@ def test_a_target_topic_with_other_partitions_gets_records_by_key_hash(clusters,
     with Admin(bootstrap_servers=source.bootstrap) as admin:
         admin.create_topics([NewTopic("searches", 3, 1)])
     with Admin(bootstrap_servers=target.bootstrap) as admin:
-        admin.create_topics([NewTopic("searches", 2, 1)])  # made earlier, with fewer partitions
+        admin.create_topics([NewTopic("searches", 4, 1)])  # made earlier, with more partitions (never shrunk)
     produce(source.bootstrap, "searches", 300)
     with mirrors() as started:
         args = mirror_args(source.bootstrap, target.bootstrap, "--topics", "searches")
@@ -99,7 +99,7 @@ def test_a_target_topic_with_other_partitions_gets_records_by_key_hash(clusters,
     copies = read_all(target.bootstrap, "searches")
     assert sorted(c.value for c in copies) == sorted(b"value-%d" % i for i in range(300))
     for copy in copies:
-        assert copy.partition == partition_for_key(copy.key, 2), "where the key hashes among 2 partitions"
+        assert copy.partition == partition_for_key(copy.key, 4), "where the key hashes among 4 partitions"
         assert provenance.origin(copy.headers).offset == int(copy.value[6:]) // 3  # partition i % 3
 
 

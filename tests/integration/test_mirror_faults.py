@@ -19,7 +19,6 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
 from mirror_support import caught_up, committed_total, end_total, origins, read_all
 from replication_harness import NumberedProducer
 
@@ -27,6 +26,7 @@ from backbone.client import Admin, NewTopic
 from backbone.dev import mirrors, topology
 from backbone.dev.processes import output_tail
 from backbone.dev.topology import process_alive
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

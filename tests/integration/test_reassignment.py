@@ -16,7 +16,6 @@ from contextlib import contextmanager
 
 import pytest
 from cli_support import run, spawn
-from conftest import wait_until
 
 from backbone.broker.reassignment import started
 from backbone.client import Admin, NewTopic, Producer, TopicPartition
@@ -26,6 +25,7 @@ from backbone.protocol.errors import (
     NotControllerError,
     UnknownTopicOrPartitionError,
 )
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -100,7 +100,26 @@ def test_baseline_tiers_are_summed_and_buckets_filtered_by_topic_and_time() -> N
     assert whole.buckets[0].expected == 50 and whole.buckets[0].arrived == 50
 
 
-def test_no_counts_is_complete_and_says_so() -> None:
+def test_no_counts_cannot_be_judged_and_says_so() -> None:
     report = summarize([])
-    assert report.complete and report.completeness == 1.0
-    assert "no audit counts found" in render_text(report)
+    assert not report.complete and report.completeness is None and report.verdict == "cannot judge"
+    text = render_text(report)
+    assert "no audit counts found" in text and "100.000%" not in text
+
+
+def test_a_bucket_without_producer_counts_cannot_be_judged_not_called_complete() -> None:
+    report = summarize([count("dc1", "pageviews", 85, 22067), count("aggregate", "pageviews", 85, 22067)])
+    assert report.verdict == "cannot judge" and not report.complete
+    assert report.extra == 0, "the aggregate's records are not duplicates of nothing"
+    text = render_text(report)
+    assert "no producer counts for pageviews 1970-01-01 14:10-14:20: cannot judge" in text
+    assert "100.000%" not in text
+    assert to_json(report)["verdict"] == "cannot judge"
+
+
+def test_a_baseline_tier_that_never_reported_is_named() -> None:
+    messages = [count("dc1", "pv", 1, 10), count("aggregate", "pv", 1, 20)]
+    report = summarize(messages, baseline=["dc1", "dc2"])
+    assert report.unreported == ["dc2"] and report.verdict == "cannot judge"
+    assert "baseline tier dc2 published no counts" in render_text(report)
+    assert summarize([*messages, count("dc2", "pv", 1, 10)], baseline=["dc1", "dc2"]).verdict == "complete"

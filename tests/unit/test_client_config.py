@@ -65,7 +65,10 @@ def test_unknown_names_are_refused_with_a_suggestion() -> None:
         ({"enable.idempotence": "maybe"}, "'enable.idempotence': expected true or false"),
         ({"key.serializer": "str"}, "'key.serializer': expected a callable"),
         ({"bootstrap.servers": "host:notaport"}, "'bootstrap.servers': 'host:notaport' has an invalid port"),
-        ({"security.protocol": "SSL"}, "'security.protocol' must be one of PLAINTEXT"),
+        (
+            {"security.protocol": "TLS"},
+            "'security.protocol' must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL",
+        ),
     ],
 )
 def test_bad_values_name_the_property(config: dict, message: str) -> None:

@@ -282,9 +282,12 @@ def test_a_producers_last_batch_stays_even_when_emptied(make_log: LogFactory, cl
 
 def test_a_compacted_log_refuses_records_without_a_key(make_log: LogFactory) -> None:
     log = make_log(COMPACTED)
-    keyless = keyed_batch([(b"a", b"1"), (None, b"2")], Codec.LZ4)
-    with pytest.raises(InvalidRecordError, match="without key"):
+    keyless = keyed_batch([(b"a", b"1"), (None, b"2"), (b"b", b"3"), (None, b"4")], Codec.LZ4)
+    with pytest.raises(InvalidRecordError, match="without key") as raised:
         log.append(keyless)
+    # As Kafka: the batch fails whole, and names exactly its keyless records (KIP-467).
+    assert [index for index, _ in raised.value.record_errors] == [1, 3]
+    assert all("without key" in (message or "") for _, message in raised.value.record_errors)
     assert log.log_end_offset == 0
     validate_producer_records(keyless, LogConfig(), "plain-0")  # a deleting log takes it
     log.append(keyed_batch([(b"a", None)]))  # a tombstone has a key: fine
@@ -471,3 +474,21 @@ def test_a_truncation_below_the_cleaned_part_makes_the_records_after_it_dirty(
     assert int(checkpoint.read_text().split()[-1]) > 3
     log.truncate_to(3)  # a follower whose leader's history diverged
     assert checkpoint.read_text().split()[-1] == "3"
+
+
+def test_a_clean_keeping_more_batches_than_one_writev_takes(
+    make_log: LogFactory, cleaner: LogCleaner
+) -> None:
+    # Thousands of small batches whose records all stay: the cleaned segment is written from more buffers
+    # than the kernel's IOV_MAX (1024) allows in one writev; every clean failed with EINVAL.
+    log = make_log({"cleanup.policy": "compact", "segment.bytes": "150000"})
+    entries = [(f"key-{i}".encode(), b"v") for i in range(1500)] + [(b"key-0", b"newer")]
+    for entry in entries:
+        log.append(keyed_batch([entry], Codec.GZIP))
+    roll(log)
+    before = contents(log)
+
+    assert cleaner.clean(log) is not None
+
+    assert contents(log) == [r for r in before if r[1] != b"key-0" or r[2] == b"newer"]
+    assert_valid_batches(log)

@@ -73,10 +73,19 @@ def test_decode_at_an_offset_after_the_header() -> None:
     assert [t.name for t in decoded.topics] == ["x"]
 
 
-def test_trailing_bytes_are_malformed() -> None:
+def test_trailing_bytes_after_a_request_are_ignored() -> None:
+    # librdkafka's Metadata v12 for all topics (a null array) leaves three spare bytes; Kafka reads on.
     data = encode(metadata_request(None))
+    assert decode_request(3, 12, data + b"\x00\x00\x00") == decode_request(3, 12, data)
+
+
+def test_trailing_bytes_after_a_response_are_malformed() -> None:
+    response = MetadataResponseV12(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), brokers=(), cluster_id="c", topics=()
+    )
+    data = encode(response)
     with pytest.raises(MalformedMessage, match="trailing"):
-        decode_request(3, 12, data + b"\x00")
+        decode_response(3, 12, data + b"\x00")
 
 
 def test_every_truncation_is_malformed() -> None:

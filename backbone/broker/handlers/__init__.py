@@ -29,6 +29,9 @@ HANDLER_MODULES = (
     "group_deletion",
     "group_membership",
     "group_listing",
+    "sasl",
+    "scram_credentials",
+    "acls",
 )
 
 

@@ -33,6 +33,18 @@ _CLUSTER_OPERATIONS = (
     12,  # IDEMPOTENT_WRITE
 )
 ALL_CLUSTER_OPERATIONS = sum(1 << code for code in _CLUSTER_OPERATIONS)
+# The same for a topic (Metadata v8 on, when a client asks, as librdkafka's DescribeTopics does).
+_TOPIC_OPERATIONS = (
+    3,  # READ
+    4,  # WRITE
+    5,  # CREATE
+    6,  # DELETE
+    7,  # ALTER
+    8,  # DESCRIBE
+    10,  # DESCRIBE_CONFIGS
+    11,  # ALTER_CONFIGS
+)
+ALL_TOPIC_OPERATIONS = sum(1 << code for code in _TOPIC_OPERATIONS)
 
 
 def register(broker: Broker) -> None:

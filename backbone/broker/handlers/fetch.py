@@ -20,7 +20,12 @@ from backbone.broker.handlers.common import error_code_of, millis
 from backbone.broker.network import RequestContext
 from backbone.broker.region_sender import Regions
 from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import FencedLeaderEpochError, KafkaError, UnknownLeaderEpochError
+from backbone.protocol.errors import (
+    FencedLeaderEpochError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    UnknownLeaderEpochError,
+)
 from backbone.protocol.fast_paths import Chunk, FetchPartitionResult, encode_fetch_response
 
 if TYPE_CHECKING:
@@ -32,13 +37,18 @@ def register(broker: Broker) -> None:
     async def handle(context: RequestContext) -> list[Chunk]:
         request = context.decode()
         deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
+        denied = _denied(broker, context, request)
         while True:
-            topics, total, idle, failed = _read(broker, request)
+            topics, total, idle, failed = _read(broker, request, denied)
             remaining = deadline - time.monotonic()
             if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
             # Nothing (or too little) yet: sleep until an append to one of these partitions, or the deadline.
+            waited = time.monotonic()
             await _wait_for_append(idle, remaining)
+            context.remote_wait_s += time.monotonic() - waited
+        if broker.metrics is not None and total:
+            broker.metrics.sent(topics)
         return encode_fetch_response(context.api_version, topics, session_id=0)
 
     broker.api_table.register(ApiKey.FETCH, handle)
@@ -67,8 +77,21 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _denied(broker: Broker, context: RequestContext, request: Any) -> frozenset[str]:
+    """Topics this fetch may not read: followers need CLUSTER_ACTION, consumers READ on each topic."""
+    authorizer = broker.authorizer
+    if not authorizer.enabled:
+        return frozenset()
+    if request.replica_id >= 0:
+        allowed = authorizer.check_cluster(context, "CLUSTER_ACTION")
+        return frozenset() if allowed else frozenset(t.topic for t in request.topics)
+    return frozenset(
+        t.topic for t in request.topics if not authorizer.check(context, "READ", "TOPIC", t.topic)
+    )
+
+
 def _read(
-    broker: Broker, request: Any
+    broker: Broker, request: Any, denied: frozenset[str] = frozenset()
 ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
     """The answer as it stands, its size, the partitions that added nothing to it, and whether any failed."""
     budget = request.max_bytes
@@ -82,8 +105,11 @@ def _read(
         for asked in topic.partitions:
             result = FetchPartitionResult(asked.partition)
             try:
+                if topic.topic in denied:
+                    raise TopicAuthorizationFailedError(f"not authorized to read {topic.topic}")
                 partition = broker.replicas.leader_partition(topic.topic, asked.partition)
-                check_leader_epoch(partition, asked.current_leader_epoch)
+                # Fetch v4-v8 carry no leader epoch: such a fetcher does not fence.
+                check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
                 hosted_log = partition.log
                 if replica_id >= 0:
                     partition.update_follower(replica_id, asked.fetch_offset)

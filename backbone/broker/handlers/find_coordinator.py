@@ -2,7 +2,10 @@
 
 v0-v3 ask for one key, v4 for several (KIP-699). The first request of a cluster creates the offsets topic;
 until its partition has a live leader the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
-Transaction coordinators (key type 1) are not offered: this broker does not support transactions.
+Transaction coordinators (key type 1) are not offered: this broker does not support transactions. The
+answer is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, not a retriable code: librdkafka, the Java client,
+kafka-python and aiokafka all fail `init_transactions` at once on it (InitProducerId with a transactional
+id answers the same), where COORDINATOR_NOT_AVAILABLE made them retry until their timeout.
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ def register(broker: Broker) -> None:
 
 async def _find(broker: Broker, key_type: int, key: str, listener: str) -> Found:
     if key_type == TRANSACTION_KEY_TYPE:
-        return Found(ErrorCode.coordinator_not_available, "transactions are not supported by this broker")
+        return Found(
+            ErrorCode.transactional_id_authorization_failed,
+            "transactions are not supported by this broker: use an idempotent producer (no transactional.id)",
+        )
     if key_type != GROUP_KEY_TYPE:
         return Found(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
     try:

@@ -66,10 +66,13 @@ def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> 
             if header.base_offset >= partition.high_watermark:
                 break
             if best is None or header.max_timestamp > best[0]:
-                best = (header.max_timestamp, header.last_offset)
+                best = (header.max_timestamp, header.base_offset)
         if best is None:
             return -1, -1, -1
-        return best[0], best[1], _epoch_at(partition, best[1])
+        # The record holding the largest timestamp, not its batch's last (KAFKA-16310): the first of the
+        # batch at that time (with LogAppendTime every record carries it, so the batch's first).
+        offset, _ = _first_record_at_or_after(partition, best[1], best[0]) or (best[1], best[0])
+        return best[0], offset, _epoch_at(partition, offset)
     found = log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= partition.high_watermark:
         return -1, -1, -1

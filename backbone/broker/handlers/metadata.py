@@ -9,14 +9,17 @@ the new partitions have leaders, as Kafka does).
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from backbone.broker.handlers.cluster import ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, NOT_REQUESTED
 from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import RequestContext
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.coordination import paths
+from backbone.coordination.znodes import kafka_uuid_bytes
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import InvalidTopicExceptionError, KafkaError, TopicAlreadyExistsError
@@ -25,9 +28,6 @@ if TYPE_CHECKING:
     from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
-
-# Kafka's value for "authorized operations not requested".
-NOT_REQUESTED = -(2**31)
 
 
 def register(broker: Broker) -> None:
@@ -47,19 +47,40 @@ def register(broker: Broker) -> None:
         allow_create = (
             getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
         )
+        authorizer = broker.authorizer
+        denied: tuple[str, ...] = ()
+        if authorizer.enabled:  # topics the principal may not describe are hidden, or refused by name
+            described = sorted(broker.cache.topics) if names is None else names
+            refused = tuple(n for n in described if not authorizer.check(context, "DESCRIBE", "TOPIC", n))
+            denied = () if names is None else refused
+            names = tuple(n for n in described if n not in refused)
         pending: set[str] = set()
         if names and allow_create:
             missing = [n for n in names if n not in broker.cache.topics]
+            if authorizer.enabled:
+                may_create = authorizer.check_cluster(context, "CREATE")
+                missing = [
+                    n for n in missing if may_create or authorizer.check(context, "CREATE", "TOPIC", n)
+                ]
             if missing:
                 pending = await _auto_create(broker, missing)
+        if authorizer.enabled:
+            return [
+                codec.encode(
+                    _response(
+                        broker, version, context.connection.listener.name, names, pending, denied=denied
+                    )
+                )
+            ]
         if seen_generation != broker.metadata_generation:
             answers.clear()
             seen_generation = broker.metadata_generation
         listener = context.connection.listener.name
-        key = (version, listener, names)
+        operations = _authorized_operations(request)
+        key = (version, listener, names, operations)
         body = answers.get(key)
         if body is None:
-            body = codec.encode(_response(broker, version, listener, names, pending))
+            body = codec.encode(_response(broker, version, listener, names, pending, operations))
             if not pending and len(answers) < 1024:
                 answers[key] = body
         return [body]
@@ -97,8 +118,25 @@ async def _auto_create(broker: Broker, topics: list[str]) -> set[str]:
     return created
 
 
+def _authorized_operations(request: Any) -> tuple[int, int]:
+    """(cluster, topic) authorized operations, where the request asks for them (v8 on; the cluster's
+    until v10). Without an authorizer every operation is allowed, and Kafka then lists them all."""
+    cluster = getattr(request, "include_cluster_authorized_operations", False)
+    topic = getattr(request, "include_topic_authorized_operations", False)
+    return (
+        ALL_CLUSTER_OPERATIONS if cluster else NOT_REQUESTED,
+        ALL_TOPIC_OPERATIONS if topic else NOT_REQUESTED,
+    )
+
+
 def _response(
-    broker: Broker, version: int, listener: str, names: tuple[str, ...] | None, pending: set[str]
+    broker: Broker,
+    version: int,
+    listener: str,
+    names: tuple[str, ...] | None,
+    pending: set[str],
+    operations: tuple[int, int] = (NOT_REQUESTED, NOT_REQUESTED),
+    denied: tuple[str, ...] = (),
 ) -> Any:
     module = response_module(ApiKey.METADATA, version)
     cache = broker.cache
@@ -108,7 +146,12 @@ def _response(
     ]
     topics = []
     for name in sorted(cache.topics) if names is None else names:
-        topics.append(_topic(broker, module, name, name in pending))
+        topics.append(_topic(broker, module, name, name in pending, operations[1]))
+    for name in denied:
+        refused = ErrorCode.topic_authorization_failed
+        topics.append(
+            build(module.MetadataResponseTopic, error_code=refused, name=name, topic_id=None, partitions=())
+        )
     return build(
         module.MetadataResponse,
         throttle_time=throttle(),
@@ -116,11 +159,11 @@ def _response(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=NOT_REQUESTED,
+        cluster_authorized_operations=operations[0],
     )
 
 
-def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
+def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: int = NOT_REQUESTED) -> Any:
     cache = broker.cache
     assignment = cache.topics.get(name)
     if assignment is None:
@@ -131,8 +174,8 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
         except KafkaError:
             error = ErrorCode.invalid_topic_exception
         return build(module.MetadataResponseTopic, error_code=error, name=name, topic_id=None, partitions=())
+    # Like Kafka, a listed topic's error is NONE: a partition without a leader says so itself.
     partitions = []
-    topic_error = ErrorCode.none
     for index in sorted(assignment.partitions):
         replicas = tuple(assignment.partitions[index])
         state = cache.states.get((name, index))
@@ -142,7 +185,6 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
             error, leader, epoch, isr = ErrorCode.leader_not_available, -1, -1, ()
             if state is not None:
                 epoch, isr = state.leader_epoch, tuple(state.isr)
-            topic_error = ErrorCode.leader_not_available if state is None else topic_error
         else:
             error, leader, epoch, isr = ErrorCode.none, state.leader, state.leader_epoch, tuple(state.isr)
         partitions.append(
@@ -159,12 +201,14 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool) -> Any:
         )
     return build(
         module.MetadataResponseTopic,
-        error_code=topic_error,
+        error_code=ErrorCode.none,
         name=name,
-        topic_id=None,
+        # v10 on: the id ZooKeeper holds (null for a topic made before ids), so that clients see a
+        # deleted and re-created topic as a new one.
+        topic_id=uuid.UUID(bytes=kafka_uuid_bytes(assignment.topic_id)) if assignment.topic_id else None,
         is_internal=name.startswith("__"),
         partitions=tuple(partitions),
-        topic_authorized_operations=NOT_REQUESTED,
+        topic_authorized_operations=operations,
     )
 
 

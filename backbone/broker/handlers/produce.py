@@ -7,6 +7,7 @@ broker checks batch headers and CRCs, never individual records. acks=0 gets no a
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -44,9 +45,20 @@ def register(broker: Broker) -> None:
         acks = request.acks
         for topic in request.topics:
             answers = []
+            if not broker.authorizer.check(context, "WRITE", "TOPIC", topic.name):
+                refused = ErrorCode.topic_authorization_failed
+                results.append(
+                    (
+                        topic.name,
+                        [ProducePartitionResult(p.index, error_code=refused) for p in topic.partitions],
+                    )
+                )
+                continue
             for part in topic.partitions:
                 answers.append(
-                    await _produce_partition(broker, topic.name, part.index, part.records, acks, request)
+                    await _produce_partition(
+                        broker, topic.name, part.index, part.records, acks, request, context
+                    )
                 )
             results.append((topic.name, answers))
         if acks == 0:
@@ -57,7 +69,13 @@ def register(broker: Broker) -> None:
 
 
 async def _produce_partition(
-    broker: Broker, topic: str, index: int, records: memoryview | None, acks: int, request: ProduceRequestData
+    broker: Broker,
+    topic: str,
+    index: int,
+    records: memoryview | None,
+    acks: int,
+    request: ProduceRequestData,
+    context: RequestContext,
 ) -> ProducePartitionResult:
     try:
         if acks not in (0, 1, -1):
@@ -71,9 +89,13 @@ async def _produce_partition(
         partition = broker.replicas.leader_partition(topic, index)
         min_insync = _check_min_insync(broker, partition) if acks == -1 else 1
         result = partition.append_as_leader(records)
+        if broker.metrics is not None:
+            broker.metrics.appended(topic, result.records, len(records))
         if acks == -1:
             # A retried duplicate waits too: its first attempt may not have been committed yet.
+            waited = time.monotonic()
             await partition.wait_committed(result.base_offset, max(0, request.timeout_ms), min_insync)
+            context.remote_wait_s += time.monotonic() - waited
         return ProducePartitionResult(
             index,
             base_offset=result.base_offset,
@@ -83,7 +105,9 @@ async def _produce_partition(
     except KafkaError as exc:
         if exc.code is not ErrorCode.not_leader_or_follower:
             log.info("event=produce_rejected partition=%s-%d error=%s", topic, index, exc)
-        return ProducePartitionResult(index, error_code=exc.code, error_message=error_message_of(exc))
+        return ProducePartitionResult(
+            index, error_code=exc.code, error_message=error_message_of(exc), record_errors=exc.record_errors
+        )
     except Exception as exc:  # a bug must fail this partition, not the broker or the connection
         return ProducePartitionResult(
             index, error_code=error_code_of(exc), error_message=error_message_of(exc)

@@ -206,9 +206,12 @@ async def _create_one(
 def _create_result(
     broker: Broker, module: Any, assignment: TopicAssignment, overrides: dict[str, str]
 ) -> Any:
-    configs = tuple(
-        build(module.CreatableTopicConfigs, **entry.wire_fields())
-        for entry in describe_topic(broker, overrides)
+    # Only v5+ answer with the topic's configs (KIP-525); older versions have no type for them.
+    config_type = getattr(module, "CreatableTopicConfigs", None)
+    configs = (
+        None
+        if config_type is None
+        else tuple(build(config_type, **entry.wire_fields()) for entry in describe_topic(broker, overrides))
     )
     return build(
         module.CreatableTopicResult,

@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spark_support import TEST_JAVA_OPTIONS
 
 from backbone.coordination import ZooKeeperServer
 from backbone.dev.processes import BrokerProcess
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install -e '.[spark]')")
-
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 # Spark's workers run our interpreter (with backbone_spark installed) and bind to loopback only.
 os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -10,6 +10,9 @@ from typing import Any, NamedTuple
 
 from backbone.client import Admin, NewTopic, Producer
 
+# Spark's JVMs in tests only: a quicker start matters more than peak speed.
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 class Produced(NamedTuple):
     """A record as the broker acknowledged it, in the columns Spark's Kafka source gives."""

@@ -1,0 +1,63 @@
+"""The audit chain of `backbone dev up`: a `backbone audit count` process per cluster (tier = the cluster's
+name), every one publishing to the aggregate cluster's `__audit` topic, next to the mirrors, which publish
+their own counts there too. With them `backbone audit report` answers for every topic produced into the
+topology: the datacenter tiers are the baseline, the aggregate tier is what arrived.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from backbone.dev.mirrors import AGGREGATE
+from backbone.dev.processes import start_until_line
+
+READY_LINE = "event=audit_count_started"
+READY_TIMEOUT_S = 60.0
+# Counts are published this often (the command's default is 10 s): a report soon after a produce is right.
+INTERVAL_MS = 2_000
+
+
+def tiers(clusters: tuple[str, ...]) -> list[str]:
+    """The clusters counted: all of them when there is an aggregate to publish to, else none."""
+    return list(clusters) if AGGREGATE in clusters else []
+
+
+def baseline(clusters: tuple[str, ...]) -> list[str]:
+    """The tiers whose sum the aggregate must hold: the datacenter clusters."""
+    return [name for name in tiers(clusters) if name != AGGREGATE]
+
+
+def command(tier: str, bootstrap: str, publish_to: str, python: str = sys.executable) -> list[str]:
+    return [
+        python, "-m", "backbone", "--log-level", "INFO", "audit", "count",
+        "--bootstrap-server", bootstrap, "--tier", tier, "--publish-to", publish_to,
+        "--interval-ms", str(INTERVAL_MS),
+    ]  # fmt: skip
+
+
+def marker(tier: str, bootstrap: str) -> str:
+    return f"audit count --bootstrap-server {bootstrap} --tier {tier}"
+
+
+def start(directory: Path, tier: str, clusters: dict[str, dict[str, Any]], started: list) -> dict[str, Any]:
+    """Start one cluster's counter detached, wait until it says it started, and return its topology.json
+    entry (the process is appended to `started` so a caller can stop it when a later step fails)."""
+    bootstrap = clusters[tier]["bootstrap"]
+    start_command = command(tier, bootstrap, clusters[AGGREGATE]["bootstrap"])
+    output = directory / "auditors" / f"{tier}.out"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    name = f"audit count {tier}"
+    process = start_until_line(start_command, output, READY_LINE, name, timeout=READY_TIMEOUT_S)
+    started.append(process)
+    return {
+        "name": name,
+        "tier": tier,
+        "cluster": tier,
+        "pid": process.pid,
+        "start": start_command,
+        "marker": marker(tier, bootstrap),
+        "output": str(output),
+        "ready": READY_LINE,
+    }

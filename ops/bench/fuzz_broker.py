@@ -1,0 +1,179 @@
+"""The protocol fuzzer's long run: mutated and malformed frames at a live broker over PLAINTEXT and SASL_SSL.
+
+    python ops/bench/fuzz_broker.py [--frames 1000000] [--seconds 3600] [--secure-frames 20000] [--write]
+
+Starts a real ZooKeeper and one broker with a PLAINTEXT and a SASL_SSL listener (certificates from
+ops/dev-ca, a SCRAM user for the SASL PLAIN logins), then sends `--frames` fuzzed frames (tests/helpers/
+fuzzer.py: every API the broker speaks, eight kinds of mutation, one frame at a time per connection) to the
+PLAINTEXT listener and `--secure-frames` to the SASL_SSL one, each bounded in time, while a well-formed
+client produces and reads back a record every 100 ms. Reports the frames sent, how the broker took them,
+frames left unanswered (hangs), the polite client's failures and the broker's peak resident memory. Exits
+non-zero if the broker died, hung or failed the polite client. `--write` puts the figures into
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report
+from local_cluster import START_TIMEOUT, stop_on_termination
+from test_broker_fuzz import PoliteClient
+
+from backbone.client import Admin, NewTopic
+from backbone.coordination import ClusterStore, ScramCredential, ZooKeeperServer, find_free_port
+from backbone.dev.processes import BrokerProcess
+from tests.helpers import fuzzer
+
+NAME = "fuzz"
+SECTION = "## Protocol fuzzer"
+PASSWORD = "fuzz-secret"
+
+
+class MemoryWatch(threading.Thread):
+    """Samples a process's resident memory every second; keeps the peak."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stop = pid, fuzzer.rss_bytes(pid), threading.Event()
+        self.start_rss = self.peak
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self.peak = max(self.peak, fuzzer.rss_bytes(self.pid))
+            except (OSError, RuntimeError):
+                return  # the broker is gone; the run reports it
+
+
+def fuzz(args: argparse.Namespace, work: Path) -> tuple[list[list[object]], str, bool]:
+    certificates = work / "ca"
+    subprocess.run([str(report.ROOT / "ops" / "dev-ca"), str(certificates)], check=True, capture_output=True)
+    zookeeper = ZooKeeperServer(work / "zk", find_free_port(), force_sync=False)
+    zookeeper.start(timeout=START_TIMEOUT)
+    try:
+        connect = zookeeper.connect_string + "/fuzz"
+        with ClusterStore(connect) as store:
+            credential = ScramCredential.from_password("SCRAM-SHA-512", PASSWORD)
+            store.set_scram_credential("fuzzer", "SCRAM-SHA-512", credential)
+        plain_port, sasl_port = find_free_port(), find_free_port()
+        properties = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{sasl_port}",
+            "ssl.keystore.location": certificates / "broker.pem",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        }
+        broker = BrokerProcess(1, connect, work / "broker", port=plain_port, properties=properties)
+        broker.start(timeout=START_TIMEOUT)
+        try:
+            return run_against(args, broker, sasl_port, certificates)
+        finally:
+            broker.stop(timeout=30)
+    finally:
+        zookeeper.stop()
+
+
+def run_against(
+    args: argparse.Namespace, broker: BrokerProcess, sasl_port: int, certificates: Path
+) -> tuple[list[list[object]], str, bool]:
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("polite", 1, 1)])
+    assert broker.pid is not None
+    memory = MemoryWatch(broker.pid)
+    memory.start()
+    polite = PoliteClient(broker.bootstrap, "polite")
+    polite.start()
+    tls = ssl.create_default_context(cafile=certificates / "ca.pem")
+    rows = []
+    outcomes = []
+    try:
+        for label, port, frames, seconds, options in (
+            ("PLAINTEXT", broker.port, args.frames, args.seconds, {}),
+            (
+                "SASL_SSL",
+                sasl_port,
+                args.secure_frames,
+                args.secure_seconds,
+                {"tls": tls, "login": ("fuzzer", PASSWORD)},
+            ),
+        ):
+            started = time.monotonic()
+            outcome = asyncio.run(
+                fuzzer.run("127.0.0.1", port, frames=frames, seconds=seconds, seed=args.seed, **options)
+            )
+            elapsed = time.monotonic() - started
+            rows.append(
+                [
+                    label,
+                    f"{outcome.frames:,}",
+                    f"{elapsed:,.0f}",
+                    f"{outcome.frames / elapsed:,.0f}",
+                    f"{outcome.answered:,}",
+                    f"{outcome.closed_by_broker:,}",
+                    f"{outcome.unanswered:,}",
+                ]
+            )
+            outcomes.append((label, outcome))
+    finally:
+        polite.stop.set()
+        polite.join(timeout=30)
+        memory.stop.set()
+    output = broker.output()
+    if "Traceback" in output:  # show the first one: a bug to fix and to keep as a regression test
+        at = output.index("Traceback")
+        print(output[max(0, output.rfind("\n", 0, at - 300)) : at + 3000], file=sys.stderr)
+    for label, outcome in outcomes:
+        for frame in outcome.hung:
+            print(f"unanswered {label} frame: {frame}", file=sys.stderr)
+    alive = broker.is_running()
+    hung = any(row[6] != "0" for row in rows)
+    healthy = alive and not hung and not polite.failures and "Traceback" not in broker.output()
+    summary = (
+        f"Broker alive at the end: {'yes' if alive else 'NO'}; errors logged with a traceback: "
+        f"{'none' if 'Traceback' not in broker.output() else 'SOME'}. Resident memory "
+        f"{memory.start_rss / 2**20:,.0f} MiB at the start, peak {memory.peak / 2**20:,.0f} MiB. The polite "
+        f"client made {polite.rounds:,} produce-and-read-back rounds meanwhile, "
+        f"{len(polite.failures)} failed."
+    )
+    return rows, summary, healthy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--frames", type=int, default=1_000_000, help="frames at the PLAINTEXT listener")
+    parser.add_argument("--seconds", type=float, default=3600, help="time bound of the PLAINTEXT run")
+    parser.add_argument("--secure-frames", type=int, default=20_000, help="frames at the SASL_SSL listener")
+    parser.add_argument("--secure-seconds", type=float, default=600, help="time bound of the SASL_SSL run")
+    parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--write", action="store_true", help="write the figures into docs/benchmarks.md")
+    args = parser.parse_args()
+    stop_on_termination()
+    when = report.started()
+    with tempfile.TemporaryDirectory(dir=report.ROOT.parent) as work:
+        rows, summary, healthy = fuzz(args, Path(work))
+    about = (
+        "Mutated and malformed frames (every API, eight mutations, one frame at a time per connection) at "
+        "one broker while a well-formed client produces and reads back a record every 100 ms. A frame is "
+        "answered, or the broker closes the connection (Kafka's answer to a request it cannot read); "
+        "unanswered means neither happened within 10 s. " + summary
+    )
+    header = ["listener", "frames", "seconds", "frames/s", "answered", "closed by broker", "unanswered"]
+    report.publish(NAME, SECTION, report.figures("fuzz_broker.py", when, about, header, rows), args.write)
+    sys.exit(0 if healthy else 1)
+
+
+if __name__ == "__main__":
+    main()

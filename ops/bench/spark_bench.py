@@ -1,0 +1,197 @@
+"""The Spark data source's speed on local[2]: batch read, streaming into Parquet, and the writer.
+
+Starts ZooKeeper and one broker (unless `--bootstrap` names a running cluster), produces N records of
+200 bytes into a 4-partition topic, then measures, each the best of `--runs`:
+
+- batch read: `count(*)` and `sum(length(value))` over the whole topic;
+- streaming: an AvailableNow query from the topic into Parquet, start to termination;
+- writer: N rows of 200-byte values (made by Spark) written to a new 4-partition topic;
+- and, to name the bottleneck, our part alone outside Spark: the tasks' read path (`read_range`: fetch,
+  decode, Arrow batches) over the same ranges in one process, and the client consumer alone (fetch and
+  decode, no Arrow).
+
+    python ops/bench/spark_bench.py [--records 2000000] [--runs 2] [--bootstrap HOST:PORT]
+
+Prints a markdown table with the exact command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from local_cluster import one_broker, stop_on_termination
+
+from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+
+PARTITIONS = 4
+VALUE_SIZE = 200
+
+
+def produce_topic(bootstrap: str, topic: str, records: int) -> None:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    value = b"x" * VALUE_SIZE
+    with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=262_144) as producer:
+        for i in range(records):
+            producer.send(topic, value, partition=i % PARTITIONS)
+        producer.flush()
+
+
+def session(local_dir: str):  # type: ignore[no-untyped-def]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    from backbone_spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.local.dir", local_dir)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def best(runs: int, measure) -> float:  # type: ignore[no-untyped-def]
+    return min(measure() for _ in range(runs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--bootstrap")
+    args = parser.parse_args()
+    stop_on_termination()
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+        if args.bootstrap:
+            run(args, args.bootstrap, Path(tmp))
+        else:
+            with one_broker(Path(tmp), {"num.partitions": PARTITIONS}) as broker:
+                run(args, broker.bootstrap, Path(tmp))
+
+
+def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
+    n = args.records
+    topic = f"spark-bench-{uuid.uuid4().hex[:6]}"
+    print(f"producing {n:,} records into {topic}", file=sys.stderr)
+    produce_topic(bootstrap, topic, n)
+    spark = session(str(tmp / "spark-local"))
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
+
+    def batch_read() -> float:
+        started = time.perf_counter()
+        count, total = (
+            spark.read.format("backbone")
+            .options(**options)
+            .load()
+            .selectExpr("count(*)", "sum(length(value))")
+            .first()
+        )
+        elapsed = time.perf_counter() - started
+        assert (count, total) == (n, n * VALUE_SIZE), (count, total)
+        return elapsed
+
+    def stream_to_parquet() -> float:
+        out = tmp / f"stream-{uuid.uuid4().hex[:6]}"
+        started = time.perf_counter()
+        query = (
+            spark.readStream.format("backbone")
+            .options(**options)
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(out / "data"))
+            .option("checkpointLocation", str(out / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
+        assert sum(p["numInputRows"] for p in query.recentProgress) == n
+        return elapsed
+
+    def write() -> float:
+        target = f"spark-bench-out-{uuid.uuid4().hex[:6]}"
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topics([NewTopic(target, PARTITIONS, 1)])
+        rows = spark.range(n, numPartitions=2).selectExpr(
+            f"cast(repeat('x', {VALUE_SIZE}) as binary) as value"
+        )
+        rows = rows.cache()
+        rows.count()
+        started = time.perf_counter()
+        rows.write.format("backbone").option("kafka.bootstrap.servers", bootstrap).option(
+            "topic", target
+        ).option("kafka.linger.ms", "20").option("kafka.batch.size", "262144").mode("append").save()
+        elapsed = time.perf_counter() - started
+        rows.unpersist()
+        return elapsed
+
+    def our_read_path() -> float:
+        from backbone_spark.options import ReadSettings
+        from backbone_spark.planning import Planner
+        from backbone_spark.reading import read_range
+
+        settings = ReadSettings.parse(options, streaming=False)
+        with Planner(settings) as planner:
+            ranges = planner.batch_ranges()
+        started = time.perf_counter()
+        rows = sum(batch.num_rows for r in ranges for batch in read_range(settings, r))
+        assert rows == n
+        return time.perf_counter() - started
+
+    def consumer_alone() -> float:
+        started = time.perf_counter()
+        seen = 0
+        with Consumer(
+            bootstrap_servers=bootstrap, auto_offset_reset="earliest", max_poll_records=20_000
+        ) as c:
+            c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+            while seen < n:
+                for records in c.poll(timeout_ms=1000).values():
+                    seen += len(records)
+        return time.perf_counter() - started
+
+    results = []
+    for name, measure in (
+        ("batch read, count + sum(length(value))", batch_read),
+        ("streaming into Parquet (AvailableNow)", stream_to_parquet),
+        ("writer (acks=all, idempotent)", write),
+        ("our read path alone, one process (fetch, decode, Arrow)", our_read_path),
+        ("client Consumer alone, one process (fetch, decode)", consumer_alone),
+    ):
+        print(f"measuring: {name}", file=sys.stderr)
+        seconds = best(args.runs, measure)
+        results.append((name, seconds))
+        print(f"{name}: {seconds:.2f} s, {n / seconds:,.0f} records/s", file=sys.stderr, flush=True)
+    spark.stop()
+    command = "python ops/bench/spark_bench.py " + shlex.join(sys.argv[1:])
+    print(
+        f"\n`{command.strip()}` ({n:,} records of {VALUE_SIZE} bytes, {PARTITIONS} partitions, local[2], "
+        f"best of {args.runs})\n"
+    )
+    print("| what | seconds | records/s |")
+    print("| --- | ---: | ---: |")
+    for name, seconds in results:
+        print(f"| {name} | {seconds:.2f} | {n / seconds:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

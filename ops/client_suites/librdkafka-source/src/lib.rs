@@ -1,0 +1,1 @@
+//! Empty: this crate only pins librdkafka's source (see Cargo.toml).

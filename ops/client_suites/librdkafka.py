@@ -1,0 +1,400 @@
+"""librdkafka's own integration tests against a live 3-broker Backbone cluster.
+
+    ops/conformance.d/librdkafka [--quick] [--tests 0001,0002] [--result docs/conformance/librdkafka.json]
+
+The source is librdkafka's release tarball as vendored by the `rdkafka-sys` crate on crates.io, pinned in
+ops/client_suites/librdkafka-source (Cargo.toml and Cargo.lock). It is built once per version under the cache
+directory ($BACKBONE_CACHE_DIR, default ~/.cache/backbone) with Debian's -dev packages, and reused by every
+later run. Each run starts its own cluster on free loopback ports for each test scenario the suite knows
+(`default`: topics auto-created with 4 partitions; `noautocreate`), runs librdkafka's test-runner on it, and
+writes the figures as JSON: passed, failed, skipped, and the tests left out (left_out.toml) with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ops.client_suites.cluster import SUITE_PROPERTIES, running_cluster
+
+log = logging.getLogger("conformance.librdkafka")
+
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parent.parent
+SOURCE_MANIFEST = HERE / "librdkafka-source" / "Cargo.toml"
+SOURCE_CRATE = "rdkafka-sys"
+VERSION = "2.12.1"
+LEFT_OUT_FILE = HERE / "librdkafka_left_out.toml"
+# kafka-topics.sh, run by some tests from $KAFKA_PATH/bin, stands in for Kafka's with our CLI.
+KAFKA_PATH = HERE / "kafka"
+# The Kafka release whose API versions ours match most closely (Metadata 12, ListOffsets 7, Fetch 12);
+# tests needing a newer broker skip themselves, and kafka-topics.sh gets --bootstrap-server (3.0 on).
+BROKER_VERSION = "3.0.0"
+SCENARIOS = {
+    "default": SUITE_PROPERTIES,
+    "noautocreate": {**SUITE_PROPERTIES, "auto.create.topics.enable": "false"},
+}
+# The quick subset run by the test suite (about a minute of tests): producing (many clients, null
+# messages, every codec, headers, idempotence), consuming (offsets, resets, offsets by time), groups
+# (listing, committing, a balanced group).
+QUICK_TESTS = ("0001", "0012", "0013", "0017", "0019", "0030", "0031", "0034", "0054", "0056", "0073", "0090")
+TIMEOUT_MULTIPLIER = 2.0
+# One line of the runner's summary table: | NAME | STATE | 1.234s | reason
+SUMMARY_LINE = re.compile(r"^\|\s*(\d{4}\w*)\s*\|\s*([A-Z_]+)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
+# How the runner skips the tests that need no broker (-L); they are not counted.
+LOCAL_ONLY = "Filtered due to negative test flags"
+SCENARIO_FIELD = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
+TEST_SOURCE = re.compile(r"^(\d{4})-.*\.(c|cpp)$")
+ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
+
+
+# The test-runner processes running now, to end them when the run is interrupted.
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BACKBONE_CACHE_DIR", Path.home() / ".cache" / "backbone")).expanduser()
+
+
+# -- source and build -----------------------------------------------------------------------------------
+
+
+def crate_source_dir() -> Path:
+    """The pinned crate's unpacked source, downloaded by cargo from crates.io when not there yet."""
+    if shutil.which("cargo") is None:
+        raise SystemExit("cargo is missing: run ops/setup (it installs Debian's cargo)")
+    output = subprocess.run(
+        ["cargo", "metadata", "--locked", "--format-version", "1", "--manifest-path", str(SOURCE_MANIFEST)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for package in json.loads(output)["packages"]:
+        if package["name"] == SOURCE_CRATE:
+            if not package["version"].endswith(f"+{VERSION}"):
+                raise SystemExit(f"{SOURCE_CRATE} {package['version']} does not vendor librdkafka {VERSION}")
+            return Path(package["manifest_path"]).parent / "librdkafka"
+    raise SystemExit(f"{SOURCE_CRATE} is not in {SOURCE_MANIFEST}'s dependencies")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One build at a time per cache directory (a pytest run and a manual run may start together)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build() -> Path:
+    """librdkafka's tests directory with test-runner built, from the cache when built before."""
+    home = cache_root() / f"librdkafka-{VERSION}"
+    tree = home / "librdkafka"
+    stamp = home / "built"
+    with _locked(home / "build.lock"):
+        if stamp.exists():
+            return tree / "tests"
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(crate_source_dir(), tree)
+        jobs = str(os.cpu_count() or 1)
+        build_log = home / "build.log"
+        started = time.monotonic()
+        with open(build_log, "w") as out:
+            for step in (
+                ["./configure", "--no-download", "--disable-curl"],
+                ["make", f"-j{jobs}", "libs"],
+                ["make", f"-j{jobs}", "-C", "tests", "build"],
+            ):
+                print(f"librdkafka: {' '.join(step)}", flush=True)
+                if subprocess.run(step, cwd=tree, stdout=out, stderr=subprocess.STDOUT).returncode:
+                    raise SystemExit(f"librdkafka build step {step} failed; see {build_log}")
+        stamp.write_text(f"{time.monotonic() - started:.0f} s\n")
+        return tree / "tests"
+
+
+# -- running --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    name: str
+    state: str  # PASSED, FAILED, SKIPPED
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class Run:
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def count(self, state: str) -> int:
+        return sum(1 for outcome in self.outcomes.values() if outcome.state == state)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    reason: str
+    # Sub-tests (substrings of their names) that are run on their own, each in its own runner: the
+    # test's other sub-tests need what `reason` names.
+    run_subtests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    number: str
+    subtest: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.number if self.subtest is None else f"{self.number}[{self.subtest}]"
+
+
+def left_out() -> dict[str, LeftOut]:
+    """Test number -> why it is not run (a feature Backbone leaves out), and the sub-tests run instead."""
+    with open(LEFT_OUT_FILE, "rb") as f:
+        entries = tomllib.load(f)
+    return {n: LeftOut(e["reason"], tuple(e.get("run_subtests", ()))) for n, e in entries.items()}
+
+
+def parse_summary(output: str) -> dict[str, Outcome]:
+    outcomes = {}
+    for line in ANSI.sub("", output).splitlines():
+        match = SUMMARY_LINE.match(line.strip())
+        if match:
+            name, state, seconds, reason = match.groups()
+            outcomes[name] = Outcome(name, state, float(seconds), reason.strip())
+    return outcomes
+
+
+def test_numbers(tests_dir: Path) -> list[str]:
+    """Every test number of the suite (its sources are NNNN-name.c or .cpp), without the manual 8xxx."""
+    found = {m.group(1) for f in tests_dir.iterdir() if (m := TEST_SOURCE.match(f.name))}
+    return sorted(number for number in found if number < "8000")
+
+
+def scenario_numbers(tests_dir: Path, scenario: str) -> set[str]:
+    """The test numbers whose entry in test.c's table names `scenario` (.scenario = "a,b")."""
+    text = (tests_dir / "test.c").read_text(errors="replace")
+    table = text[text.index("struct test tests[]") :]
+    found = set()
+    for entry in table.split("_TEST(")[1:]:
+        named = SCENARIO_FIELD.search(entry)
+        if named and scenario in named.group(1).split(","):
+            found.add(entry[:4])
+    return found
+
+
+def failure_reason(output: str) -> str:
+    """The runner's own words on why it stopped: the line after its `### Test ... failed` banner."""
+    lines = ANSI.sub("", output).splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("### Test") and index + 1 < len(lines):
+            return lines[index + 1].strip()
+    return ""
+
+
+def run_one(tests_dir: Path, job: Job, env: dict[str, str], output_file: Path) -> dict[str, Outcome]:
+    """One test number (or one of its sub-tests) in its own runner process, so that a test timing out
+    (the runner then exits) costs only that test."""
+    number = job.number
+    # -L: not the tests of librdkafka alone (its unit tests and mock clusters: no broker).
+    command = [str(tests_dir / "test-runner"), "-L", "-p1"]
+    job_env = {**env, "TESTS": number}
+    if job.subtest is not None:
+        job_env["SUBTESTS"] = job.subtest
+    with open(output_file, "w") as out:
+        process = subprocess.Popen(command, cwd=tests_dir, env=job_env, stdout=out, stderr=subprocess.STDOUT)
+        with _RUNNING_LOCK:
+            _RUNNING.add(process)
+        try:
+            code = process.wait()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(process)
+    output = output_file.read_text(errors="replace")
+    outcomes = {}
+    for name, outcome in parse_summary(output).items():
+        if outcome.reason.startswith(LOCAL_ONLY) or not name.startswith(number):
+            continue
+        if outcome.state == "SKIPPED" and not outcome.reason:
+            continue  # skipped silently: a test of another scenario
+        if job.subtest is not None:
+            name = outcome.name = f"{name}[{job.subtest}]"
+            # A sub-test name that matches nothing would pass without testing anything.
+            if outcome.state == "PASSED" and not _subtest_passed(output, job.subtest):
+                outcome.state, outcome.reason = "FAILED", "no sub-test of this name ran"
+        if outcome.state in ("RUNNING", "FAILED") and not outcome.reason:
+            outcome.reason = failure_reason(output) or f"test-runner exited with code {code}"
+        outcomes[name] = outcome
+    if code and not any(o.state in ("FAILED", "RUNNING") for o in outcomes.values()):
+        reason = failure_reason(output) or f"test-runner exited with code {code}"
+        outcomes[job.label] = Outcome(job.label, "FAILED", 0.0, f"{reason} (see {output_file})")
+    return outcomes
+
+
+def _subtest_passed(output: str, subtest: str) -> bool:
+    return any(subtest in line and ": PASS (" in line for line in ANSI.sub("", output).splitlines())
+
+
+def run_scenario(
+    tests_dir: Path, scenario: str, work: Path, jobs: list[Job], parallel: int
+) -> dict[str, Outcome]:
+    """One cluster configured for `scenario`, each test number over it; the outcome of every test run."""
+    with running_cluster(work / f"cluster-{scenario}", SCENARIOS[scenario]) as cluster:
+        conf = work / f"test-{scenario}.conf"
+        conf.write_text(
+            f"bootstrap.servers={cluster.bootstrap}\ntest.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
+        )
+        env = {
+            **os.environ,
+            "RDKAFKA_TEST_CONF": str(conf),
+            "TEST_KAFKA_VERSION": BROKER_VERSION,
+            "TEST_SCENARIO": scenario,
+            "KAFKA_PATH": str(KAFKA_PATH),
+            "BROKERS": cluster.bootstrap,
+            "BACKBONE_PYTHON": sys.executable,
+            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
+        }
+        outputs = work / f"runner-{scenario}"
+        outputs.mkdir(parents=True, exist_ok=True)
+        print(f"librdkafka: scenario {scenario} on {cluster.bootstrap}, outputs in {outputs}", flush=True)
+        outcomes: dict[str, Outcome] = {}
+        with ThreadPoolExecutor(parallel) as pool:
+            runs = [
+                pool.submit(run_one, tests_dir, job, env, outputs / f"{_file_name(job.label)}.out")
+                for job in jobs
+            ]
+            try:
+                for finished in runs:
+                    outcomes.update(finished.result())
+            except BaseException:
+                # Interrupted: start no more tests and end those running, so the cluster can stop.
+                pool.shutdown(wait=False, cancel_futures=True)
+                with _RUNNING_LOCK:
+                    for process in _RUNNING:
+                        process.terminate()
+                raise
+        dead = cluster.dead_brokers()
+        if dead:
+            log.error("event=brokers_died scenario=%s brokers=%s", scenario, dead)
+        return outcomes
+
+
+def _file_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)
+
+
+def run_suite(
+    tests: str | None, parallel: int, work: Path, scenarios: tuple[str, ...] = tuple(SCENARIOS)
+) -> Run:
+    tests_dir = build()
+    skipped = left_out()
+    numbers = [n for n in test_numbers(tests_dir) if tests is None or n in tests.split(",")]
+    run = Run()
+    started = time.monotonic()
+    jobs = []
+    for number in numbers:
+        if number not in skipped:
+            jobs.append(Job(number))
+            continue
+        entry = skipped[number]
+        label = f"{number} (other sub-tests)" if entry.run_subtests else number
+        run.outcomes[label] = Outcome(label, "SKIPPED", 0.0, entry.reason)
+        jobs.extend(Job(number, subtest) for subtest in entry.run_subtests)
+    for scenario in scenarios:
+        if scenario != "default":
+            own = scenario_numbers(tests_dir, scenario)
+            scenario_jobs = [job for job in jobs if job.number in own]
+        else:
+            scenario_jobs = jobs
+        if not scenario_jobs:
+            continue
+        outcomes = run_scenario(tests_dir, scenario, work, scenario_jobs, parallel)
+        for name, outcome in outcomes.items():
+            # A scenario's runner reports the tests of other scenarios as skipped: keep the real outcome.
+            if name not in run.outcomes or run.outcomes[name].state == "SKIPPED":
+                run.outcomes[name] = outcome
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def result(run: Run, command: str) -> dict:
+    """The figures in the format docs/conformance/*.json share."""
+    return {
+        "client": "librdkafka",
+        "version": VERSION,
+        "suite": "librdkafka",
+        "command": command,
+        "broker_version_claimed": BROKER_VERSION,
+        "seconds": round(run.seconds),
+        "passed": run.count("PASSED"),
+        "failed": run.count("FAILED") + run.count("RUNNING"),
+        "skipped": run.count("SKIPPED"),
+        "failures": [
+            {"test": o.name, "reason": o.reason}
+            for o in run.outcomes.values()
+            if o.state in ("FAILED", "RUNNING")
+        ],
+        "left_out": [
+            {"test": o.name, "reason": o.reason} for o in run.outcomes.values() if o.state == "SKIPPED"
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ops/conformance.d/librdkafka", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"only tests {', '.join(QUICK_TESTS)}")
+    parser.add_argument("--tests", help="only these test numbers, comma-separated (e.g. 0001,0012)")
+    parser.add_argument("--parallel", type=int, default=3, help="tests run at once (default 3)")
+    parser.add_argument("--result", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--work-dir", type=Path, help="keep clusters and outputs here (default: a temp dir)")
+    parser.add_argument("--build-only", action="store_true", help="build (or find in the cache) and stop")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # SIGTERM ends a run as Ctrl-C does: through the handlers that stop its test-runners and clusters.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if args.build_only:
+        print(build())
+        return 0
+    tests = ",".join(QUICK_TESTS) if args.quick else args.tests
+    # The quick subset holds no test of another scenario: one cluster is enough.
+    scenarios = ("default",) if args.quick else tuple(SCENARIOS)
+    with contextlib.ExitStack() as stack:
+        work = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="librdkafka-")))
+        work.mkdir(parents=True, exist_ok=True)
+        run = run_suite(tests, args.parallel, work, scenarios)
+    command = "ops/conformance.d/librdkafka" + (" --quick" if args.quick else "")
+    figures = result(run, command)
+    for failure in figures["failures"]:
+        print(f"FAILED {failure['test']}: {failure['reason']}")
+    print(
+        f"librdkafka {VERSION}: {figures['passed']} passed, {figures['failed']} failed, "
+        f"{figures['skipped']} skipped in {figures['seconds']} s"
+    )
+    if args.result:
+        args.result.parent.mkdir(parents=True, exist_ok=True)
+        args.result.write_text(json.dumps(figures, indent=2) + "\n")
+    return 1 if figures["failed"] or not figures["passed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

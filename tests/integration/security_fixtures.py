@@ -1,0 +1,76 @@
+"""Fixtures for the security tests: a development CA (ops/dev-ca), SCRAM users in ZooKeeper, a broker with
+PLAINTEXT, SASL_SSL and SSL listeners, and client settings for it."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backbone.coordination import ClusterStore, ScramCredential, find_free_port
+from backbone.dev.processes import BrokerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "alice-secret"
+BROKER_PASSWORD = "broker-secret"
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("dev-ca")
+    subprocess.run([str(ROOT / "ops" / "dev-ca"), str(directory), "alice", "expired"], check=True)
+    return directory
+
+
+def add_users(store: ClusterStore) -> None:
+    for user, password in (("alice", PASSWORD), ("broker", BROKER_PASSWORD)):
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            store.set_scram_credential(user, mechanism, ScramCredential.from_password(mechanism, password))
+
+
+def secure_properties(certificates: Path, **extra: object) -> dict[str, object]:
+    return {
+        "ssl.keystore.location": certificates / "broker.pem",
+        "ssl.truststore.location": certificates / "ca.pem",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="broker" password="{BROKER_PASSWORD}";',
+        **extra,
+    }
+
+
+@pytest.fixture
+def secure_broker(
+    zookeeper, chroot: str, tmp_path: Path, certificates: Path, store_factory
+) -> Iterator[tuple[BrokerProcess, int, int]]:
+    add_users(store_factory())
+    plain_port, sasl_port, ssl_port = find_free_port(), find_free_port(), find_free_port()
+    properties = {
+        **secure_properties(certificates),
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{sasl_port},"
+        f"SSL://127.0.0.1:{ssl_port}",
+        "ssl.client.auth": "requested",
+        "zookeeper.session.timeout.ms": 6000,
+    }
+    process = BrokerProcess(
+        1, zookeeper.connect_string + chroot, tmp_path / "broker-1", port=plain_port, properties=properties
+    )
+    process.start()
+    try:
+        yield process, sasl_port, ssl_port
+    finally:
+        process.stop(timeout=15)
+
+
+def secure_client(certificates: Path, port: int, **extra: object) -> dict[str, object]:
+    return {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": PASSWORD,
+        "ssl.cafile": str(certificates / "ca.pem"),
+        **extra,
+    }
