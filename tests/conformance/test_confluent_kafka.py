@@ -259,20 +259,3 @@ def test_kip848_consumer_groups_are_left_out_as_by_a_kafka_without_them(cluster:
         assert consumer.assignment() == []
     finally:
         consumer.close()
-
-
-@pytest.mark.left_out("SASL/SSL: listeners are PLAINTEXT until the security work")
-def test_sasl_is_left_out_with_a_clear_error(cluster: Cluster) -> None:
-    # SASL is not offered yet: the handshake is not listed, and the client says so.
-    admin = AdminClient(
-        {
-            "bootstrap.servers": cluster.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": "u",
-            "sasl.password": "p",
-        }
-    )
-    with pytest.raises(KafkaException) as raised:
-        admin.list_topics(timeout=3)
-    assert raised.value.args[0].code() == KafkaError._TRANSPORT
