@@ -140,6 +140,7 @@ class Broker(MetadataListener):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        await asyncio.to_thread(self.log_manager.lock_dirs)
         await asyncio.to_thread(self.store.start)
         self.cache.cluster_id = await self._check_cluster_id()
         self.store.add_session_listener(lambda event: self._session_event(loop, event))

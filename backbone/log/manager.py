@@ -61,10 +61,21 @@ class LogManager:
     def startup(self) -> None:
         """Lock every log directory and open (recovering as needed) every partition log in them."""
         try:
-            for directory in self.log_dirs:
-                self._lock_dir(directory)
+            self.lock_dirs()
             for directory in self.log_dirs:
                 self._open_dir(directory)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def lock_dirs(self) -> None:
+        """Lock every log directory (once): before anything reads them, so a second broker pointed at the
+        same directories stops on the lock, not on what it read of the first one's files."""
+        if self._dir_locks:
+            return
+        try:
+            for directory in self.log_dirs:
+                self._lock_dir(directory)
         except BaseException:
             self.shutdown()
             raise

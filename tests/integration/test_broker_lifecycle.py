@@ -45,7 +45,7 @@ def test_sigterm_without_zookeeper_still_shuts_down_cleanly(tmp_path: Path) -> N
         ("num.partitons=3", "unknown configuration key 'num.partitons'; did you mean num.partitions?"),
         ("log.retention.ms=-5", "log.retention.ms"),
         ("listeners=PLAINTEXT//nowhere", "must look like PLAINTEXT://host:port"),
-        ("listeners=SSL://127.0.0.1:9093", "security protocol SSL of listener SSL is not supported yet"),
+        ("listeners=SSL://127.0.0.1:9093", "SSL and SASL_SSL listeners need ssl.keystore.location"),
     ],
 )
 def test_a_bad_configuration_stops_the_broker_naming_the_key(tmp_path: Path, line: str, message: str) -> None:
