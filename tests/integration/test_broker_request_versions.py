@@ -85,7 +85,8 @@ REFUSED_WITH_AN_ANSWER = {
     "DescribeCluster v2": (ApiKey.DESCRIBE_CLUSTER, 2, b"", ErrorCode.unsupported_version),
     # APIs we leave out: absent from ApiVersions, and answered so if sent anyway.
     "DescribeAcls v3": (29, 3, b"", ErrorCode.unsupported_version),
-    "SaslHandshake v1": (17, 1, b"", ErrorCode.unsupported_version),
+    "SaslHandshake v1 without its body": (17, 1, b"", ErrorCode.invalid_request),
+    "CreateDelegationToken v1": (38, 1, b"", ErrorCode.unsupported_version),
     "ConsumerGroupHeartbeat v0": (68, 0, b"", ErrorCode.unsupported_version),
     "AddOffsetsToTxn v4": (25, 4, b"", ErrorCode.unsupported_version),
     # A body cut short, of an API whose response has a top-level error.
