@@ -5,11 +5,10 @@ reload their ACLs when a change is announced, within moments."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
 from backbone.cli import UsageError
-from backbone.cli.users import ZOOKEEPER_ENV, open_store
+from backbone.cli.users import open_store, zookeeper_options
 
 if TYPE_CHECKING:
     from backbone.coordination import AclBinding
@@ -32,13 +31,7 @@ OPERATIONS = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("acls", help="add, list and remove ACLs")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--zookeeper",
-        metavar="HOST:PORT/CHROOT",
-        default=os.environ.get(ZOOKEEPER_ENV),
-        help=f"the cluster's zookeeper.connect (default: ${ZOOKEEPER_ENV})",
-    )
+    common = zookeeper_options()
     resource = argparse.ArgumentParser(add_help=False)
     resource.add_argument("--topic", action="append", default=[], metavar="NAME")
     resource.add_argument("--group", action="append", default=[], metavar="NAME")

@@ -23,13 +23,7 @@ MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("users", help="add, list and delete SASL/SCRAM users")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--zookeeper",
-        metavar="HOST:PORT/CHROOT",
-        default=os.environ.get(ZOOKEEPER_ENV),
-        help=f"the cluster's zookeeper.connect (default: ${ZOOKEEPER_ENV})",
-    )
+    common = zookeeper_options()
 
     add = actions.add_parser("add", parents=[common], help="add a user or change its password")
     add.add_argument("name", metavar="NAME")
@@ -52,6 +46,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--mechanism", action="append", choices=MECHANISMS, help="default: every mechanism")
     delete.set_defaults(handler=delete_user)
+
+
+def zookeeper_options() -> argparse.ArgumentParser:
+    """The `--zookeeper` option of the commands that write to ZooKeeper directly (users, acls)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--zookeeper",
+        metavar="HOST:PORT/CHROOT",
+        default=os.environ.get(ZOOKEEPER_ENV),
+        help=f"the cluster's zookeeper.connect (default: ${ZOOKEEPER_ENV})",
+    )
+    return common
 
 
 def open_store(args: argparse.Namespace) -> ClusterStore:
