@@ -7,13 +7,13 @@ same name, and only one of them can be imported as `conftest` in a whole-tree ru
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.names import unique_name
 
 BROKERS = 3
 PARTITIONS = 4
@@ -41,4 +41,4 @@ class Cluster:
 
     def topic(self, prefix: str) -> str:
         """A topic name no other test uses."""
-        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+        return unique_name(prefix)

@@ -11,17 +11,12 @@ import selectors
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
 COMMAND = [sys.executable, "-m", "backbone"]
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def run(

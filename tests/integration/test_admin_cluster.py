@@ -3,8 +3,6 @@ connection asks for controller endpoints (DescribeCluster v1), which kafka-pytho
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from broker_fixtures import wait_until_brokers_see_each_other
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -12,6 +10,7 @@ from kafka.errors import NotLeaderForPartitionError, OffsetOutOfRangeError
 from kio.schema.delete_records.v2 import request as delete_records_v2
 from kio.schema.describe_cluster.v1 import request as describe_cluster_v1
 
+from tests.helpers.names import unique_name
 from tests.helpers.requests import millis
 from tests.helpers.wire import RawConnection
 
@@ -20,10 +19,6 @@ pytestmark = pytest.mark.integration
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MISMATCHED_ENDPOINT_TYPE = 114
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def open_admin(bootstrap: str) -> KafkaAdminClient:
@@ -92,7 +87,7 @@ def produce(bootstrap: str, topic: str, count: int, partition: int = 0) -> None:
 
 
 def test_delete_records_moves_the_low_watermark(broker) -> None:
-    topic = topic_name("trimmed")
+    topic = unique_name("trimmed")
     partition = TopicPartition(topic, 0)
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
@@ -125,7 +120,7 @@ def test_delete_records_only_on_the_leader(broker_factory) -> None:
     first = broker_factory(1)
     second = broker_factory(2)
     wait_until_brokers_see_each_other([first, second])
-    topic = topic_name("led")
+    topic = unique_name("led")
     partition = TopicPartition(topic, 0)
     with open_admin(first.bootstrap) as admin:
         admin.create_topics({topic: {"assignments": {0: [1]}}})

@@ -6,7 +6,6 @@ replace-everything semantics never shows); those two are checked with raw reques
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,13 @@ from kio.schema.alter_configs.v2 import request as alter_v2
 from kio.schema.describe_configs.v4 import request as describe_v4
 
 from backbone.log.config import topic_property_names
+from tests.helpers.names import unique_name
 from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.integration
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, INVALID_CONFIG, INVALID_REQUEST = 3, 17, 40, 42
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def open_admin(bootstrap: str) -> KafkaAdminClient:
@@ -76,7 +72,7 @@ def describe_raw(bootstrap: str, *resources: tuple[int, str]) -> list[tuple[int,
 
 def test_describe_topic_configs_values_sources_and_synonyms(broker_factory) -> None:
     broker = broker_factory(1, log_segment_bytes=1048576)
-    topic = topic_name("described")
+    topic = unique_name("described")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics(
             {topic: {"num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "60000"}}}
@@ -128,7 +124,7 @@ def test_describe_broker_configs(broker_factory) -> None:
 
 
 def test_describe_configs_errors_per_resource(broker) -> None:
-    topic = topic_name("present")
+    topic = unique_name("present")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
     answers = describe_raw(
@@ -156,7 +152,7 @@ def test_describe_configs_errors_per_resource(broker) -> None:
 
 
 def test_incremental_alter_set_delete_append_subtract(broker) -> None:
-    topic = topic_name("incremental")
+    topic = unique_name("incremental")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics(
             {topic: {"num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "1000"}}}
@@ -188,7 +184,7 @@ def test_incremental_alter_set_delete_append_subtract(broker) -> None:
 
 
 def test_incremental_alter_errors_and_validate_only(broker) -> None:
-    topic = topic_name("refused")
+    topic = unique_name("refused")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
 
@@ -212,7 +208,7 @@ def test_incremental_alter_errors_and_validate_only(broker) -> None:
 
 
 def test_alter_configs_replaces_the_whole_override_set(broker) -> None:
-    topic = topic_name("replaced")
+    topic = unique_name("replaced")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics(
             {
@@ -266,7 +262,7 @@ def test_broker_configs_cannot_be_altered(broker) -> None:
 
 def test_segment_and_retention_changes_reach_the_open_log(broker_factory, wait_for) -> None:
     broker = broker_factory(1, log_retention_check_interval_ms=200)
-    topic = topic_name("retained")
+    topic = unique_name("retained")
     partition = TopicPartition(topic, 0)
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})

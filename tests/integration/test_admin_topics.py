@@ -14,6 +14,7 @@ from kio.schema.create_topics.v7 import request as create_v7
 from kio.schema.delete_topics.v1 import request as delete_v1
 from kio.schema.delete_topics.v6 import request as delete_v6
 
+from tests.helpers.names import unique_name
 from tests.helpers.requests import millis
 from tests.helpers.wire import RawConnection
 
@@ -30,10 +31,6 @@ INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 TOPIC_DELETION_DISABLED = 73
 UNKNOWN_TOPIC_ID = 100
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def open_admin(bootstrap: str) -> KafkaAdminClient:
@@ -62,7 +59,7 @@ def partition_dirs(broker, topic: str) -> list[str]:
 
 def test_create_topic_uses_broker_defaults_returns_configs_and_is_ready_at_once(broker_factory) -> None:
     broker = broker_factory(1, num_partitions=3)
-    topic = topic_name("created")
+    topic = unique_name("created")
     with open_admin(broker.bootstrap) as admin:
         result = admin.create_topics(
             {topic: {"configs": {"retention.ms": "3600000", "cleanup.policy": "delete"}}}
@@ -87,7 +84,7 @@ def test_create_topic_uses_broker_defaults_returns_configs_and_is_ready_at_once(
 
 def test_create_topics_answers_each_topic_with_its_own_error(broker_factory) -> None:
     broker = broker_factory(1)
-    existing, good = topic_name("existing"), topic_name("good")
+    existing, good = unique_name("existing"), unique_name("good")
     bad = {
         "zero-partitions": {"num_partitions": 0, "replication_factor": 1},
         "too-many-replicas": {"num_partitions": 1, "replication_factor": 3},
@@ -124,7 +121,7 @@ def test_create_topics_answers_each_topic_with_its_own_error(broker_factory) -> 
 
 
 def test_create_topics_refuses_a_name_given_twice(broker) -> None:
-    topic = topic_name("twice")
+    topic = unique_name("twice")
     with open_admin(broker.bootstrap) as admin:
         result = admin.create_topics([NewTopic(topic, 1, 1), NewTopic(topic, 2, 1)], raise_errors=False)
         assert {t["error_code"] for t in result["topics"]} == {INVALID_REQUEST}
@@ -133,14 +130,14 @@ def test_create_topics_refuses_a_name_given_twice(broker) -> None:
 
 def test_default_replication_factor_larger_than_the_cluster_is_refused(broker_factory) -> None:
     broker = broker_factory(1, default_replication_factor=2)
-    topic = topic_name("defaults")
+    topic = unique_name("defaults")
     with open_admin(broker.bootstrap) as admin:
         answers = outcomes(admin.create_topics({topic: {"num_partitions": 1}}, raise_errors=False))
     assert answers[topic][0] == INVALID_REPLICATION_FACTOR
 
 
 def test_validate_only_checks_without_creating(broker) -> None:
-    topic = topic_name("dry-run")
+    topic = unique_name("dry-run")
     with open_admin(broker.bootstrap) as admin:
         result = admin.create_topics(
             {topic: {"num_partitions": 4, "replication_factor": 1, "configs": {"retention.bytes": "1000"}}},
@@ -162,7 +159,7 @@ def test_validate_only_checks_without_creating(broker) -> None:
 def test_explicit_assignment_places_replicas_and_leaders(broker_factory) -> None:
     first = broker_factory(1)
     broker_factory(2)
-    topic = topic_name("placed")
+    topic = unique_name("placed")
     with open_admin(first.bootstrap) as admin:
         result = admin.create_topics(
             {topic: {"assignments": {0: [2, 1], 1: [1, 2], 2: [2]}}}, raise_errors=False
@@ -177,7 +174,7 @@ def test_explicit_assignment_places_replicas_and_leaders(broker_factory) -> None
 def test_created_topic_gets_a_log_on_every_assigned_broker(broker_factory, wait_for) -> None:
     first = broker_factory(1)
     second = broker_factory(2)
-    topic = topic_name("spread")
+    topic = unique_name("spread")
     with open_admin(second.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 2}})
     for broker in (first, second):
@@ -192,7 +189,7 @@ def test_created_topic_gets_a_log_on_every_assigned_broker(broker_factory, wait_
 
 
 def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(broker, wait_for) -> None:
-    topic = topic_name("doomed")
+    topic = unique_name("doomed")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 1}})
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -223,7 +220,7 @@ def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(broker,
 
 def test_delete_topic_disabled(broker_factory) -> None:
     broker = broker_factory(1, delete_topic_enable="false")
-    topic = topic_name("kept")
+    topic = unique_name("kept")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
         result = admin.delete_topics([topic], raise_errors=False)
@@ -236,7 +233,7 @@ def test_delete_topic_disabled(broker_factory) -> None:
 
 
 def test_create_topics_raw_v7_duplicate_and_timeout_zero(broker) -> None:
-    topic, other = topic_name("raw"), topic_name("raw-other")
+    topic, other = unique_name("raw"), unique_name("raw-other")
 
     def creatable(name: str) -> create_v7.CreatableTopic:
         return create_v7.CreatableTopic(
@@ -261,7 +258,7 @@ def test_create_topics_raw_v7_duplicate_and_timeout_zero(broker) -> None:
 def test_create_partitions_grows_only(broker_factory) -> None:
     first = broker_factory(1)
     broker_factory(2)
-    topic, missing = topic_name("grow"), topic_name("missing")
+    topic, missing = unique_name("grow"), unique_name("missing")
     with open_admin(first.bootstrap) as admin:
         admin.create_topics({topic: {"assignments": {0: [1], 1: [2]}}})
         response = admin.create_partitions({topic: 4}, validate_only=True)
@@ -289,7 +286,7 @@ def test_create_partitions_grows_only(broker_factory) -> None:
 
 
 def test_delete_topics_v6_refuses_a_name_with_an_id(broker) -> None:
-    topic = topic_name("named")
+    topic = unique_name("named")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
         with RawConnection(broker.bootstrap) as raw:

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from backbone.client.partitioner import partition_for_key
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PARTITIONS = 3
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list:
@@ -43,7 +39,7 @@ def cluster(broker_factory):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_kafka_python_round_trip_with_every_codec(cluster, codec: str) -> None:
-    topic = topic_name(f"kp-{codec}")
+    topic = unique_name(f"kp-{codec}")
     producer = KafkaProducer(
         bootstrap_servers=cluster.bootstrap,
         compression_type=None if codec == "none" else codec,
@@ -84,7 +80,7 @@ def run_kcat(*args: str, data: str | None = None, timeout: float = 60.0) -> str:
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_kcat_produces_and_consumes_with_every_codec(cluster, codec: str) -> None:
-    topic = topic_name(f"kcat-{codec}")
+    topic = unique_name(f"kcat-{codec}")
     lines = [f"key-{i % 7}:value {i}" for i in range(200)]
     run_kcat(
         "-P",
@@ -125,7 +121,7 @@ def test_kcat_produces_and_consumes_with_every_codec(cluster, codec: str) -> Non
 
 
 def test_records_cross_between_clients(cluster) -> None:
-    topic = topic_name("cross")
+    topic = unique_name("cross")
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap)
     try:
         for i in range(50):

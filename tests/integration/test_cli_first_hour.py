@@ -5,10 +5,11 @@ ZooKeeper refused up front, quiet summaries, warnings before creating a group by
 from __future__ import annotations
 
 import pytest
-from cli_support import run, run_ok, topic_name
+from cli_support import run, run_ok
 
 from backbone.cli.produce import MAX_LINE_BYTES
 from backbone.client import Admin
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ def bootstrap(broker_factory) -> str:
 
 
 def test_an_oversize_line_is_reported_by_number_and_the_others_are_sent(bootstrap) -> None:
-    topic = topic_name("lines")
+    topic = unique_name("lines")
     run_ok("topics", "create", topic, "--bootstrap-server", bootstrap)
     lines = b"first\n" + b"x" * (MAX_LINE_BYTES + 10) + b"\nthird\n"
     done = run("produce", topic, "--bootstrap-server", bootstrap, stdin=lines)
@@ -36,7 +37,7 @@ def test_an_oversize_line_is_reported_by_number_and_the_others_are_sent(bootstra
 
 
 def test_consume_with_a_group_commits_as_it_goes_and_resumes_there(bootstrap) -> None:
-    topic = topic_name("etl")
+    topic = unique_name("etl")
     run_ok("topics", "create", topic, "--bootstrap-server", bootstrap)
     run_ok("produce", topic, "--bootstrap-server", bootstrap, stdin=b"1\n2\n3\n4\n5\n")
     first = run_ok(

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from broker_fixtures import wait_until_brokers_see_each_other
-from cli_support import run, run_ok, topic_name
+from cli_support import run, run_ok
 from kafka import KafkaConsumer
 
 from backbone.client import Admin, NewTopic, Producer, TopicPartition
 from backbone.consumer_groups.offsets_topic import partition_for
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,7 @@ def committed(admin: Admin, group: str) -> dict[TopicPartition, int]:
 def test_lag_reset_offsets_and_delete(broker_factory, wait_for) -> None:
     broker = broker_factory(1, **BROKER_SETTINGS)
     server = ("--bootstrap-server", broker.bootstrap)
-    topic, group = topic_name("lag"), topic_name("group")
+    topic, group = unique_name("lag")("group")
     t0, t1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     base_ms = 1_700_000_000_000
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
@@ -109,7 +110,7 @@ def test_lag_reset_offsets_and_delete(broker_factory, wait_for) -> None:
         ]:
             refused = run("groups", "reset-offsets", "--group", group, *args, "--execute", *server)
             assert refused.returncode == 1 and message in refused.stderr.decode(), refused.stderr
-        other = topic_name("other")
+        other = unique_name("other")
         admin.create_topics([other])
         refused = run(
             "groups", "reset-offsets", "--group", group, "--topic", other, "--shift-by", "1", *server
@@ -143,7 +144,7 @@ def test_lag_reset_offsets_and_delete(broker_factory, wait_for) -> None:
 def test_an_active_group_is_described_and_protected(broker_factory, wait_for) -> None:
     broker = broker_factory(1, **BROKER_SETTINGS)
     server = ("--bootstrap-server", broker.bootstrap)
-    topic, group = topic_name("active"), topic_name("group")
+    topic, group = unique_name("active")("group")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 2, 1)])
         with Producer(bootstrap_servers=broker.bootstrap) as producer:
@@ -221,11 +222,11 @@ def test_groups_are_listed_from_every_coordinator(broker_factory) -> None:
     settings = {**BROKER_SETTINGS, "offsets.topic.num.partitions": offsets_partitions}
     brokers = [broker_factory(i, **settings) for i in (1, 2)]
     wait_until_brokers_see_each_other(brokers)
-    topic = topic_name("spread")
+    topic = unique_name("spread")
     # Two groups on each offsets partition, so both brokers coordinate some (each leads some partitions).
     by_partition: dict[int, list[str]] = {p: [] for p in range(offsets_partitions)}
     while any(len(names) < 2 for names in by_partition.values()):
-        group = topic_name("group")
+        group = unique_name("group")
         by_partition[partition_for(group, offsets_partitions)].append(group)
     groups = sorted(g for names in by_partition.values() for g in names[:2])
     with Admin(bootstrap_servers=brokers[0].bootstrap) as admin:

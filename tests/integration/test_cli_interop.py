@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from cli_support import run, run_ok, topic_name
+from cli_support import run, run_ok
 from kafka import KafkaProducer
 from test_broker_clients import consume_all  # kafka-python reading a whole topic, bounded in time
+
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -15,7 +17,7 @@ COUNT = 60
 
 @pytest.fixture
 def topic(broker) -> tuple[str, str]:
-    name = topic_name("cli-interop")
+    name = unique_name("cli-interop")
     run_ok("topics", "create", name, "--partitions", str(PARTITIONS), "--bootstrap-server", broker.bootstrap)
     return broker.bootstrap, name
 

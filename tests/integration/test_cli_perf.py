@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_support import run, run_ok, topic_name
+from cli_support import run, run_ok
+
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +20,7 @@ def perf(*args: str, timeout: float = 120.0) -> dict:
 
 
 def test_produce_then_consume_count_every_record(broker) -> None:
-    topic = topic_name("perf")
+    topic = unique_name("perf")
     common = ("--bootstrap-server", broker.bootstrap, "--topic", topic)
     produced = perf("produce", *common, "--num-records", "3000", "--record-size", "100", "--partitions", "2")
     assert (produced["records"], produced["bytes"], produced["errors"]) == (3000, 300_000, 0)
@@ -30,7 +32,7 @@ def test_produce_then_consume_count_every_record(broker) -> None:
 
 
 def test_end_to_end_latency_is_measured_for_every_record(broker) -> None:
-    topic = topic_name("e2e")
+    topic = unique_name("e2e")
     result = perf(
         "e2e", "--bootstrap-server", broker.bootstrap, "--topic", topic, "--partitions", "1",
         "--num-records", "400", "--throughput", "1000", "--acks", "all",

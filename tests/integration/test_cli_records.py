@@ -6,10 +6,11 @@ import signal
 from datetime import UTC, datetime
 
 import pytest
-from cli_support import run, run_ok, spawn, topic_name
+from cli_support import run, run_ok, spawn
 
 from backbone.client import Admin, Producer, TopicPartition
 from backbone.client.partitioner import partition_for_key
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +18,7 @@ FIELDS = "%p|%o|%k|%s|%h\\n"
 
 
 def create(bootstrap: str, partitions: int) -> str:
-    name = topic_name("cli")
+    name = unique_name("cli")
     run_ok("topics", "create", name, "--partitions", str(partitions), "--bootstrap-server", bootstrap)
     return name
 
@@ -166,7 +167,7 @@ def test_binary_keys_and_values_pass_through_unchanged(broker) -> None:
 
 
 def test_consuming_an_unknown_topic_is_a_clear_error(broker) -> None:
-    missing = topic_name("missing")
+    missing = unique_name("missing")
     done = run("consume", missing, "--bootstrap-server", broker.bootstrap, "--max-messages", "1")
     assert done.returncode == 1
     assert done.stderr.decode() == (
@@ -194,7 +195,7 @@ def test_progress_is_reported_when_asked(broker) -> None:
 
 
 def test_delivery_failures_are_counted_and_exit_1(broker) -> None:
-    topic = topic_name("cli-small")
+    topic = unique_name("cli-small")
     server = ("--bootstrap-server", broker.bootstrap)
     run_ok("topics", "create", topic, *server, "--partitions", "1", "--config", "max.message.bytes=200")
     done = run("produce", topic, *server, stdin=b"x" * 1000 + b"\n")

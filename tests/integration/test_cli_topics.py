@@ -7,10 +7,11 @@ import os
 import re
 
 import pytest
-from cli_support import run, run_ok, topic_name
+from cli_support import run, run_ok
 
 from backbone.client import Admin, Producer, TopicPartition
 from backbone.coordination import find_free_port
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,7 @@ def describe(bootstrap: str, *names: str) -> tuple[dict[str, dict[str, str]], di
 def test_topics_are_created_listed_described_altered_and_deleted(broker_factory, wait_for) -> None:
     brokers = [broker_factory(1), broker_factory(2)]
     bootstrap = brokers[0].bootstrap
-    name, other = topic_name("cli"), topic_name("cli")
+    name, other = unique_name("cli")("cli")
     server = ("--bootstrap-server", bootstrap)
 
     created = run_ok(
@@ -120,7 +121,7 @@ def test_topics_are_created_listed_described_altered_and_deleted(broker_factory,
 
 
 def test_unknown_topic_is_named_in_a_clear_error(broker) -> None:
-    missing = topic_name("missing")
+    missing = unique_name("missing")
     for command in (["describe", missing], ["alter", missing, "--config", "retention.ms=1"]):
         done = run("topics", *command, "--bootstrap-server", broker.bootstrap)
         assert done.returncode == 1

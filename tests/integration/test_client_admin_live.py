@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from backbone.client import (
@@ -21,12 +19,9 @@ from backbone.protocol.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -35,7 +30,7 @@ def two_brokers(broker_factory):
 
 
 def test_topics_are_created_described_grown_and_deleted(two_brokers, wait_for) -> None:
-    name, other = topic_name("admin"), topic_name("admin")
+    name, other = unique_name("admin"), unique_name("admin")
     with Admin(bootstrap_servers=two_brokers[0].bootstrap) as admin:
         assert admin.create_topics([NewTopic(name, 4, 2), NewTopic(other, 1, 1)]) == {name: None, other: None}
         assert {name, other} <= admin.list_topics()
@@ -52,31 +47,31 @@ def test_topics_are_created_described_grown_and_deleted(two_brokers, wait_for) -
 
 
 def test_errors_come_back_per_topic_as_their_classes(two_brokers) -> None:
-    name = topic_name("admin")
+    name = unique_name("admin")
     with Admin(bootstrap_servers=two_brokers[0].bootstrap) as admin:
         admin.create_topics([NewTopic(name, 1, 1)])
         with pytest.raises(TopicAlreadyExistsError) as caught:
-            admin.create_topics([NewTopic(name, 1, 1), NewTopic(topic_name("wide"), 1, 5)])
+            admin.create_topics([NewTopic(name, 1, 1), NewTopic(unique_name("wide"), 1, 5)])
         errors = caught.value.errors  # type: ignore[attr-defined]
         assert isinstance(errors[name], TopicAlreadyExistsError)
         assert any(isinstance(e, InvalidReplicationFactorError) for e in errors.values())
         with pytest.raises(InvalidPartitionsError):
             admin.create_partitions({name: 1})
         with pytest.raises(UnknownTopicOrPartitionError):
-            admin.delete_topics([topic_name("missing")])
+            admin.delete_topics([unique_name("missing")])
         with pytest.raises(UnknownTopicOrPartitionError):
-            admin.describe_topics([topic_name("missing")])
+            admin.describe_topics([unique_name("missing")])
 
 
 def test_validate_only_creates_nothing(broker) -> None:
-    name = topic_name("dry")
+    name = unique_name("dry")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, 2, 1)], validate_only=True)
         assert name not in admin.list_topics()
 
 
 def test_topic_configs_are_described_and_altered(broker) -> None:
-    name = topic_name("cfg")
+    name = unique_name("cfg")
     resource = ConfigResource(ConfigResourceType.TOPIC, name)
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, 1, 1, configs={"retention.ms": "3600000"})])
@@ -105,7 +100,7 @@ def test_describe_cluster(two_brokers) -> None:
 
 
 def test_records_are_deleted_and_offsets_listed(broker) -> None:
-    name = topic_name("offsets")
+    name = unique_name("offsets")
     tp = TopicPartition(name, 0)
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, 1, 1)])

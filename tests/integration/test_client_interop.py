@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PARTITIONS = 2
 COUNT = 200
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def record(i: int) -> tuple[bytes | None, bytes, list[tuple[str, bytes]]]:
@@ -43,7 +39,7 @@ def check(received: list, sent: dict) -> None:
 @pytest.fixture
 def topic(broker_factory) -> tuple[str, str]:
     broker = broker_factory(1)
-    name = topic_name("interop")
+    name = unique_name("interop")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, PARTITIONS, 1)])
     return broker.bootstrap, name

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -21,15 +20,12 @@ from backbone.client import (
 )
 from backbone.client.partitioner import partition_for_key
 from backbone.protocol.errors import OffsetOutOfRangeError
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PARTITIONS = 3
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -39,7 +35,7 @@ def cluster(broker_factory):
 
 @pytest.fixture
 def topic(cluster) -> Iterator[str]:
-    name = topic_name("client")
+    name = unique_name("client")
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         admin.create_topics([NewTopic(name, PARTITIONS, 1)])
     yield name
@@ -219,7 +215,7 @@ def test_both_fetch_paths_serve_the_same_records(broker_factory, threshold: int)
     """`fetch.sendfile.threshold.bytes` picks how the broker sends records: 0 sends every region with
     sendfile, a threshold above any fetch reads every region into memory. Both serve every byte."""
     broker = broker_factory(1, num_partitions=PARTITIONS, fetch_sendfile_threshold_bytes=threshold)
-    name = topic_name("paths")
+    name = unique_name("paths")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, PARTITIONS, 1)])
     # Small batches and large ones (about 256 KiB), so fetches hold regions of very different sizes.

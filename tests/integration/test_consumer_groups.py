@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from backbone.client import (
     TopicPartition,
 )
 from backbone.protocol.errors import UnknownTopicOrPartitionError
+from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +48,13 @@ GROUP_BROKER = {
 }
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture
 def cluster(broker_factory):
     return broker_factory(1, **GROUP_BROKER)
 
 
 def make_topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
-    name = unique("groups")
+    name = unique_name("groups")
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([NewTopic(name, partitions, 1)])
     return name
@@ -147,7 +143,7 @@ def all_values(group: list[Member]) -> list[bytes]:
 
 def test_manual_commit_with_metadata_reads_back(cluster, topic) -> None:
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    group = unique("manual")
+    group = unique_name("manual")
     with group_consumer(cluster.bootstrap, group, enable_auto_commit=False) as consumer:
         consumer.assign([tp0, tp1])
         assert consumer.committed(tp0) is None
@@ -174,7 +170,7 @@ def test_manual_commit_with_metadata_reads_back(cluster, topic) -> None:
 def test_manually_assigned_partitions_start_at_the_committed_offset(cluster, topic) -> None:
     produce(cluster.bootstrap, topic, 10 * PARTITIONS)  # 10 records in each partition
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    group = unique("resume")
+    group = unique_name("resume")
     with group_consumer(cluster.bootstrap, group) as first:
         first.commit({tp0: OffsetAndMetadata(4)})
     with group_consumer(cluster.bootstrap, group) as second:
@@ -190,7 +186,7 @@ def test_manually_assigned_partitions_start_at_the_committed_offset(cluster, top
 
 def test_commit_of_an_unknown_partition_is_refused(cluster, topic) -> None:
     with (
-        group_consumer(cluster.bootstrap, unique("unknown")) as consumer,
+        group_consumer(cluster.bootstrap, unique_name("unknown")) as consumer,
         pytest.raises(UnknownTopicOrPartitionError),
     ):
         consumer.commit({TopicPartition(topic, PARTITIONS + 3): OffsetAndMetadata(1)})
@@ -207,7 +203,7 @@ def stable_split(group: list[Member], partitions: int = PARTITIONS) -> bool:
 
 
 def test_three_members_share_a_topic_and_see_each_record_once(cluster, topic, members, wait_for) -> None:
-    group = unique("queue")
+    group = unique_name("queue")
     trio = [start_member(members, lambda: group_consumer(cluster.bootstrap, group), topic) for _ in range(3)]
     wait_for(lambda: stable_split(trio), timeout=60, what="three members sharing six partitions")
     assert all(len(member.assignment()) == 2 for member in trio)
@@ -221,7 +217,7 @@ def test_three_members_share_a_topic_and_see_each_record_once(cluster, topic, me
 
 def test_three_groups_each_see_every_record(cluster, topic, members, wait_for) -> None:
     sent = produce(cluster.bootstrap, topic, 300)
-    groups = [unique("pubsub") for _ in range(3)]
+    groups = [unique_name("pubsub") for _ in range(3)]
     readers = [start_member(members, lambda g=g: group_consumer(cluster.bootstrap, g), topic) for g in groups]
     wait_for(
         lambda: all(len(r.values) >= len(sent) for r in readers), timeout=60, what="every group read all"
@@ -232,7 +228,7 @@ def test_three_groups_each_see_every_record(cluster, topic, members, wait_for) -
 
 
 def test_kafka_python_and_our_consumer_split_a_group(cluster, topic, members, wait_for) -> None:
-    group = unique("mixed")
+    group = unique_name("mixed")
     ours = start_member(members, lambda: group_consumer(cluster.bootstrap, group), topic)
     theirs_values: list[bytes] = []
     theirs_assignment: set = set()
@@ -291,7 +287,7 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def test_a_killed_member_loses_nothing_committed(cluster, topic, members, wait_for, tmp_path) -> None:
-    group = unique("killed")
+    group = unique_name("killed")
     sent = produce(cluster.bootstrap, topic, 3000)
     output = tmp_path / "member.jsonl"
     process = subprocess.Popen(
@@ -343,7 +339,7 @@ def test_a_killed_member_loses_nothing_committed(cluster, topic, members, wait_f
 
 
 def test_a_member_that_stops_polling_leaves_the_group(cluster, topic, members, wait_for) -> None:
-    group = unique("stuck")
+    group = unique_name("stuck")
     lively = start_member(members, lambda: group_consumer(cluster.bootstrap, group), topic)
     stuck_consumer = group_consumer(cluster.bootstrap, group, max_poll_interval_ms=3000)
     try:
@@ -378,7 +374,7 @@ def poll_until(consumer: Consumer, count: int, timeout_s: float = 60.0) -> list:
 def test_at_least_once_commits_after_processing(cluster, wait_for) -> None:
     topic = make_topic(cluster.bootstrap, partitions=1)
     sent = produce(cluster.bootstrap, topic, 100)
-    group = unique("alo")
+    group = unique_name("alo")
     processed: list[bytes] = []
     with group_consumer(cluster.bootstrap, group, enable_auto_commit=False, max_poll_records=30) as first:
         first.subscribe([topic])
@@ -400,7 +396,7 @@ def test_at_least_once_commits_after_processing(cluster, wait_for) -> None:
 def test_at_most_once_commits_before_processing(cluster) -> None:
     topic = make_topic(cluster.bootstrap, partitions=1)
     sent = produce(cluster.bootstrap, topic, 100)
-    group = unique("amo")
+    group = unique_name("amo")
     processed: list[bytes] = []
     with group_consumer(cluster.bootstrap, group, enable_auto_commit=False, max_poll_records=30) as first:
         first.subscribe([topic])
@@ -419,7 +415,7 @@ def test_at_most_once_commits_before_processing(cluster) -> None:
 
 def test_auto_commit_commits_on_close(cluster, topic) -> None:
     sent = produce(cluster.bootstrap, topic, 60)
-    group = unique("auto")
+    group = unique_name("auto")
     with group_consumer(cluster.bootstrap, group, auto_commit_interval_ms=60_000) as consumer:
         consumer.subscribe([topic])
         assert len(poll_until(consumer, len(sent))) == len(sent)
@@ -450,7 +446,7 @@ class Recorder(ConsumerRebalanceListener):
 
 
 def test_rebalance_listener_hears_eager_revocations(cluster, topic, members, wait_for) -> None:
-    group = unique("listen")
+    group = unique_name("listen")
     produce(cluster.bootstrap, topic, 120)
     listener = Recorder()
     first = start_member(members, lambda: group_consumer(cluster.bootstrap, group), topic, listener=listener)
@@ -469,7 +465,7 @@ def test_rebalance_listener_hears_eager_revocations(cluster, topic, members, wai
 
 
 def test_cooperative_rebalancing_revokes_only_what_moves(cluster, topic, members, wait_for) -> None:
-    group = unique("coop")
+    group = unique_name("coop")
     options = {"partition_assignment_strategy": ["cooperative-sticky"]}
     listener = Recorder()
     first = start_member(
@@ -489,12 +485,12 @@ def test_cooperative_rebalancing_revokes_only_what_moves(cluster, topic, members
 
 
 def test_pattern_subscription_picks_up_new_topics(cluster, members, wait_for) -> None:
-    prefix = unique("pattern")
+    prefix = unique_name("pattern")
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         admin.create_topics([NewTopic(f"{prefix}-a", 2, 1), NewTopic(f"other-{prefix}", 1, 1)])
     member = start_member(
         members,
-        lambda: group_consumer(cluster.bootstrap, unique("pattern-group"), metadata_max_age_ms=500),
+        lambda: group_consumer(cluster.bootstrap, unique_name("pattern-group"), metadata_max_age_ms=500),
         pattern=rf"{prefix}-.*",
     )
     produce(cluster.bootstrap, f"{prefix}-a", 10)
@@ -510,7 +506,7 @@ def test_pattern_subscription_picks_up_new_topics(cluster, members, wait_for) ->
 
 
 def test_a_commit_after_being_dropped_fails_clearly(cluster, topic, wait_for) -> None:
-    group = unique("dropped")
+    group = unique_name("dropped")
     with group_consumer(cluster.bootstrap, group, enable_auto_commit=False, max_poll_interval_ms=2000) as c:
         c.subscribe([topic])
         deadline = time.monotonic() + 60
@@ -523,7 +519,7 @@ def test_a_commit_after_being_dropped_fails_clearly(cluster, topic, wait_for) ->
 
 
 def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(cluster, topic, members, wait_for):
-    group = unique("static")
+    group = unique_name("static")
     dynamic = start_member(members, lambda: group_consumer(cluster.bootstrap, group), topic)
     # The static member joins once, into a stable group: its JoinGroup metadata (generation -1, nothing owned)
     # is then the same when it comes back, and the coordinator has no reason to rebalance.
@@ -548,7 +544,7 @@ def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(cluste
 
 
 def test_unsubscribe_revokes_and_leaves(cluster, topic, members, wait_for) -> None:
-    group = unique("unsub")
+    group = unique_name("unsub")
     other = start_member(members, lambda: group_consumer(cluster.bootstrap, group), topic)
     listener = Recorder()
     with group_consumer(cluster.bootstrap, group) as consumer:
@@ -575,10 +571,10 @@ def test_members_follow_the_coordinator_to_another_broker(broker_factory, member
         broker_factory(i, **{**GROUP_BROKER, "offsets.topic.replication.factor": 3}) for i in (1, 2, 3)
     ]
     bootstrap = ",".join(b.bootstrap for b in brokers)
-    topic = unique("failover")
+    topic = unique_name("failover")
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([NewTopic(topic, PARTITIONS, 3)])
-    group = unique("failover")
+    group = unique_name("failover")
     pair = [start_member(members, lambda: group_consumer(bootstrap, group), topic) for _ in range(2)]
     wait_for(lambda: stable_split(pair), timeout=60, what="two members sharing")
     sent = produce(bootstrap, topic, 300)

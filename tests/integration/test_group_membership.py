@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import importlib
 import threading
-import uuid
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from kio.static.primitive import i32Timedelta
 from backbone.broker.handlers.common import build
 from backbone.client import Admin, NewTopic
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.names import unique_name
 from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.integration
@@ -37,10 +37,6 @@ RETRIABLE = {
 }
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture
 def broker(broker_factory) -> BrokerProcess:
     return broker_factory(1, **GROUP_BROKER)
@@ -48,7 +44,7 @@ def broker(broker_factory) -> BrokerProcess:
 
 @pytest.fixture
 def topic(broker: BrokerProcess) -> str:
-    name = unique("membership")
+    name = unique_name("membership")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, PARTITIONS, 1)])
     return name
@@ -110,7 +106,7 @@ def split_evenly(members: list[Member]) -> bool:
 
 
 def test_consumers_split_partitions_and_take_over_a_closed_members_share(broker, topic, wait_for):
-    group = unique("group")
+    group = unique_name("group")
     members = [Member(broker.bootstrap, group, topic) for _ in range(3)]
     try:
         wait_for(lambda: split_evenly(members), timeout=90, what="three members sharing six partitions")
@@ -165,7 +161,7 @@ def test_consumers_split_partitions_and_take_over_a_closed_members_share(broker,
 
 
 def test_a_restarted_static_member_takes_its_place_without_a_rebalance(broker, topic, wait_for):
-    group = unique("static")
+    group = unique_name("static")
     # A long session: the restart must come back long before the coordinator would give up on it.
     session_ms = 60_000
     # The first member leads. The restarted one is a follower: a restarted leader recomputes the assignment
@@ -236,7 +232,7 @@ def join_request(version: int, group: str, member: str = "", session_ms: int = 1
 
 
 def test_join_sync_heartbeat_and_leave_answer_bad_requests_with_kafka_codes(broker, wait_for):
-    group = unique("raw")
+    group = unique_name("raw")
     with RawConnection(broker.bootstrap, timeout=60) as connection:
         find_coordinator(connection, group, wait_for)
         # JoinGroup v4+: the member id comes first, then the real join.
@@ -308,7 +304,7 @@ def test_join_sync_heartbeat_and_leave_answer_bad_requests_with_kafka_codes(brok
         describe = request_module("describe_groups", 5)
         answer = connection.request(
             describe.DescribeGroupsRequest(
-                groups=(group, unique("nobody")), include_authorized_operations=False
+                groups=(group, unique_name("nobody")), include_authorized_operations=False
             )
         )
         assert [(g.error_code, g.group_state, len(g.members)) for g in answer.groups] == [
@@ -327,7 +323,7 @@ def test_join_sync_heartbeat_and_leave_answer_bad_requests_with_kafka_codes(brok
 
 def test_every_served_version_is_answered(broker, wait_for):
     """Each version of each membership API decodes and encodes (fields come and go between versions)."""
-    group = unique("versions")
+    group = unique_name("versions")
     with RawConnection(broker.bootstrap, timeout=60) as connection:
         find_coordinator(connection, group, wait_for)
         for version in range(10):
@@ -392,7 +388,7 @@ def test_every_served_version_is_answered(broker, wait_for):
 
 
 def test_a_silent_member_expires_and_the_group_empties(broker, wait_for):
-    group = unique("silent")
+    group = unique_name("silent")
     with RawConnection(broker.bootstrap, timeout=60) as connection:
         find_coordinator(connection, group, wait_for)
         joined = served(connection, join_request(3, group, session_ms=1500), wait_for)

@@ -10,6 +10,8 @@ from backbone.client.batch_builder import COMPILED_ENCODER, CappedBatchBuilder, 
 from backbone.protocol.compression import Codec
 from backbone.protocol.records import decode_batch
 
+pytestmark = pytest.mark.unit
+
 
 def random_record(rnd: random.Random, base: int) -> tuple[bytes | None, bytes | None, list, int]:
     key = rnd.choice([None, b"", b"k" * rnd.randint(0, 70), rnd.randbytes(200)])

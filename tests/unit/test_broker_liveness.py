@@ -9,6 +9,8 @@ from backbone.broker.leader_election import decide
 from backbone.broker.liveness import Outcome, judge
 from backbone.coordination import PartitionState
 
+pytestmark = pytest.mark.unit
+
 TIMEOUT = 3.0
 
 

@@ -24,12 +24,6 @@ TOPIC = ConfigResource(ConfigResourceType.TOPIC, "a")
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(2) as cluster:
-        yield cluster
-
-
-@pytest.fixture
 async def admin(fake: FakeCluster) -> AsyncIterator[AsyncAdmin]:
     async with AsyncAdmin(bootstrap_servers=fake.bootstrap, default_api_timeout_ms=5000) as client:
         yield client

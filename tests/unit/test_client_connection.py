@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -24,12 +24,6 @@ from tests.helpers.fake_cluster import FakeCluster
 pytestmark = pytest.mark.unit
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(2) as cluster:
-        yield cluster
 
 
 async def serve(handler: Handler) -> tuple[asyncio.AbstractServer, int]:

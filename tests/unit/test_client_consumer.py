@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from backbone.protocol.errors import OffsetOutOfRangeError
 from backbone.protocol.records import RecordBatchBuilder
 from tests.helpers.fake_cluster import FakeCluster
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 2)]
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000
@@ -45,13 +44,6 @@ def marker(producer_id: int, commit: bool) -> bytes:
     builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=0, transactional=True, control=True)
     builder.append(struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, 0), timestamp=T0)
     return builder.build()
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(2) as cluster:
-        cluster.create_topic("t", 2)
-        yield cluster
 
 
 def consumer(fake: FakeCluster, **options: Any) -> AsyncConsumer:

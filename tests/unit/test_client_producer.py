@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,16 +24,9 @@ from backbone.protocol.errors import (
 from backbone.protocol.record_batch import check_batch, read_header
 from tests.helpers.fake_cluster import FakeCluster
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 3)]
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(2) as cluster:
-        cluster.create_topic("t", 3)
-        yield cluster
 
 
 def producer(fake: FakeCluster, **options: Any) -> AsyncProducer:

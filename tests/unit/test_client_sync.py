@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,19 +20,12 @@ from backbone.client import (
 )
 from tests.helpers.fake_cluster import ThreadedFakeCluster
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 2)]
 
 
-@pytest.fixture
-def fake() -> Iterator[ThreadedFakeCluster]:
-    with ThreadedFakeCluster(brokers=2) as cluster:
-        cluster.call(cluster.cluster.create_topic, "t", 2)
-        yield cluster
-
-
-def test_produce_then_consume_blocking(fake: ThreadedFakeCluster) -> None:
+def test_produce_then_consume_blocking(threaded_fake: ThreadedFakeCluster) -> None:
     callbacks: list[tuple[object, object]] = []
-    with Producer(bootstrap_servers=fake.bootstrap, linger_ms=2) as producer:
+    with Producer(bootstrap_servers=threaded_fake.bootstrap, linger_ms=2) as producer:
         futures = [
             producer.send("t", b"v%d" % i, key=b"k%d" % (i % 4), headers=[("n", b"%d" % i)])
             for i in range(100)
@@ -44,7 +36,7 @@ def test_produce_then_consume_blocking(fake: ThreadedFakeCluster) -> None:
     assert all(isinstance(m, RecordMetadata) and m.offset >= 0 for m in metadata)
     assert len(callbacks) == 1 and callbacks[0][1] is None
     with Consumer(
-        bootstrap_servers=fake.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50
+        bootstrap_servers=threaded_fake.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50
     ) as consumer:
         consumer.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
         seen: dict[bytes, int] = {}
@@ -62,8 +54,8 @@ def test_produce_then_consume_blocking(fake: ThreadedFakeCluster) -> None:
         )
 
 
-def test_sends_from_many_threads(fake: ThreadedFakeCluster) -> None:
-    with Producer(bootstrap_servers=fake.bootstrap) as producer:
+def test_sends_from_many_threads(threaded_fake: ThreadedFakeCluster) -> None:
+    with Producer(bootstrap_servers=threaded_fake.bootstrap) as producer:
         futures: list[object] = []
         lock = threading.Lock()
 
@@ -82,9 +74,11 @@ def test_sends_from_many_threads(fake: ThreadedFakeCluster) -> None:
     assert offsets == list(range(800)), "every record got its own offset: nothing lost, nothing doubled"
 
 
-def test_send_blocks_on_a_full_buffer_then_raises(fake: ThreadedFakeCluster) -> None:
-    fake.call(lambda: fake.cluster.create_topic("orphan", 1, leaders=[9]))
-    with Producer(bootstrap_servers=fake.bootstrap, buffer_memory=1000, max_block_ms=100) as producer:
+def test_send_blocks_on_a_full_buffer_then_raises(threaded_fake: ThreadedFakeCluster) -> None:
+    threaded_fake.call(lambda: threaded_fake.cluster.create_topic("orphan", 1, leaders=[9]))
+    with Producer(
+        bootstrap_servers=threaded_fake.bootstrap, buffer_memory=1000, max_block_ms=100
+    ) as producer:
         with pytest.raises(BufferExhaustedError):
             for _ in range(50):  # bounded: the buffer fills after a few
                 producer.send("orphan", b"x" * 100)
@@ -92,10 +86,10 @@ def test_send_blocks_on_a_full_buffer_then_raises(fake: ThreadedFakeCluster) -> 
 
 
 def test_a_callback_that_would_wait_for_memory_is_refused_rather_than_hung(
-    fake: ThreadedFakeCluster,
+    threaded_fake: ThreadedFakeCluster,
 ) -> None:
     # Callbacks run on the loop's thread, which frees memory: waiting there for memory could never end.
-    fake.call(lambda: fake.cluster.create_topic("orphan", 1, leaders=[9]))
+    threaded_fake.call(lambda: threaded_fake.cluster.create_topic("orphan", 1, leaders=[9]))
     refused = threading.Event()
 
     def fill_the_buffer(_metadata: object, _error: object) -> None:
@@ -105,17 +99,19 @@ def test_a_callback_that_would_wait_for_memory_is_refused_rather_than_hung(
         except RuntimeError:
             refused.set()
 
-    with Producer(bootstrap_servers=fake.bootstrap, buffer_memory=1000, max_block_ms=30_000) as producer:
+    with Producer(
+        bootstrap_servers=threaded_fake.bootstrap, buffer_memory=1000, max_block_ms=30_000
+    ) as producer:
         producer.send("t", b"v", partition=0, callback=fill_the_buffer)
         assert refused.wait(10), "refused at once, not after max.block.ms"
         producer.close(timeout=0.1)
 
 
-def test_sends_wait_for_memory_then_proceed(fake: ThreadedFakeCluster) -> None:
+def test_sends_wait_for_memory_then_proceed(threaded_fake: ThreadedFakeCluster) -> None:
     # buffer.memory holds a few records; linger.ms would keep batches for 10 s: the waiting sends must
     # both make batches go and get the memory their answers free.
     options = {"buffer.memory": 2000, "linger.ms": 10_000, "max.block.ms": 5000}
-    with Producer(options, bootstrap_servers=fake.bootstrap) as producer:
+    with Producer(options, bootstrap_servers=threaded_fake.bootstrap) as producer:
         futures = [producer.send("t", b"%03d" % i + b"x" * 97, partition=1) for i in range(60)]
         assert sum(f.done() for f in futures) >= 60 - 2000 // 100, "only what fits in memory waits"
         producer.flush(timeout=10)  # the last batch would linger
@@ -123,11 +119,11 @@ def test_sends_wait_for_memory_then_proceed(fake: ThreadedFakeCluster) -> None:
         assert producer.metrics()["buffer_available_bytes"] == 2000
 
 
-def test_record_futures_callbacks_and_errbacks(fake: ThreadedFakeCluster) -> None:
-    fake.call(lambda: fake.cluster.create_topic("orphan", 1, leaders=[9]))
+def test_record_futures_callbacks_and_errbacks(threaded_fake: ThreadedFakeCluster) -> None:
+    threaded_fake.call(lambda: threaded_fake.cluster.create_topic("orphan", 1, leaders=[9]))
     calls: list[tuple[str, object]] = []
     options = {"linger.ms": 1000, "delivery.timeout.ms": 1100, "request.timeout.ms": 100}
-    with Producer(options, bootstrap_servers=fake.bootstrap) as producer:
+    with Producer(options, bootstrap_servers=threaded_fake.bootstrap) as producer:
         ok = producer.send("t", b"v", partition=0, callback=lambda md, exc: calls.append(("cb", exc)))
         ok.add_callback(lambda tag, md: calls.append((tag, md.offset)), "ok")
         ok.add_errback(lambda tag, exc: calls.append((tag, exc)), "not called")
@@ -142,24 +138,24 @@ def test_record_futures_callbacks_and_errbacks(fake: ThreadedFakeCluster) -> Non
     assert calls == [("cb", None), ("ok", 0), ("errback", "KafkaTimeoutError")]
 
 
-def test_serializers_and_keys_through_the_blocking_send(fake: ThreadedFakeCluster) -> None:
+def test_serializers_and_keys_through_the_blocking_send(threaded_fake: ThreadedFakeCluster) -> None:
     options = {"key.serializer": str.encode, "value.serializer": lambda v: repr(v).encode()}
-    with Producer(options, bootstrap_servers=fake.bootstrap) as producer:
+    with Producer(options, bootstrap_servers=threaded_fake.bootstrap) as producer:
         future = producer.send("t", {"n": 1}, key="user-7", partition=1, timestamp_ms=42)
         assert future.get(timeout=10) == RecordMetadata("t", 1, 0, 42)
-    assert fake.call(lambda: fake.cluster.values("t", 1)) == [b"{'n': 1}"]
+    assert threaded_fake.call(lambda: threaded_fake.cluster.values("t", 1)) == [b"{'n': 1}"]
 
 
-def test_admin_blocking(fake: ThreadedFakeCluster) -> None:
-    with Admin(bootstrap_servers=fake.bootstrap) as admin:
+def test_admin_blocking(threaded_fake: ThreadedFakeCluster) -> None:
+    with Admin(bootstrap_servers=threaded_fake.bootstrap) as admin:
         admin.create_topics([NewTopic("made", 3)])
         assert "made" in admin.list_topics()
         assert len(admin.describe_topics(["made"])["made"].partitions) == 3
         assert admin.describe_cluster().controller_id == 0
 
 
-def test_closed_clients_refuse_work(fake: ThreadedFakeCluster) -> None:
-    producer = Producer(bootstrap_servers=fake.bootstrap)
+def test_closed_clients_refuse_work(threaded_fake: ThreadedFakeCluster) -> None:
+    producer = Producer(bootstrap_servers=threaded_fake.bootstrap)
     producer.close()
     producer.close()  # twice is fine
     with pytest.raises(ClientClosedError):

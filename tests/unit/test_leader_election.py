@@ -9,6 +9,8 @@ from kio.schema.errors import ErrorCode
 from backbone.broker.leader_election import PREFERRED, UNCLEAN, decide, elect_on_demand, imbalanced_partitions
 from backbone.coordination import PartitionState
 
+pytestmark = pytest.mark.unit
+
 REPLICAS = (1, 2, 3)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,6 @@ from tests.helpers.batches import (
 )
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def make_log(tmp_path: Path) -> Iterator[LogFactory]:
-    with LogFactory(tmp_path) as factory:
-        yield factory
 
 
 def all_batches(log: Log) -> bytes:

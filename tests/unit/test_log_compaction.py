@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -27,12 +26,6 @@ pytestmark = pytest.mark.unit
 DAY = 86_400_000
 # About three one-record batches per segment.
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "250"}
-
-
-@pytest.fixture
-def make_log(tmp_path: Path) -> Iterator[LogFactory]:
-    with LogFactory(tmp_path) as factory:
-        yield factory
 
 
 @pytest.fixture

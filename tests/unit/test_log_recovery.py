@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,6 @@ from tests.helpers.batches import (
 pytestmark = pytest.mark.unit
 
 BATCH = 1000  # bytes per batch in these tests; 3 records each
-
-
-@pytest.fixture
-def make_log(tmp_path: Path) -> Iterator[LogFactory]:
-    with LogFactory(tmp_path) as factory:
-        yield factory
 
 
 def batch(epoch: int = -1) -> bytes:

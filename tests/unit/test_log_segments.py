@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,6 @@ from tests.helpers.batches import BASE_TIMESTAMP, LogFactory, batch_of_size, bat
 pytestmark = pytest.mark.unit
 
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def make_log(tmp_path: Path) -> Iterator[LogFactory]:
-    with LogFactory(tmp_path) as factory:
-        yield factory
 
 
 def offsets_in(log: Log) -> list[int]:

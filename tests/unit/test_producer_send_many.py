@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,14 +14,7 @@ from backbone.protocol.errors import MessageTooLargeError
 from backbone.protocol.record_batch import read_header
 from tests.helpers.fake_cluster import FakeCluster
 
-pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeCluster]:
-    async with FakeCluster(2) as cluster:
-        cluster.create_topic("t", 3)
-        yield cluster
+pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 3)]
 
 
 def producer(fake: FakeCluster, **options: Any) -> AsyncProducer:

@@ -9,6 +9,8 @@ import pytest
 from backbone.schema_registry import compatibility, errors
 from backbone.schema_registry.state import RegistryState
 
+pytestmark = pytest.mark.unit
+
 V1 = json.dumps({"type": "record", "name": "E", "fields": [{"name": "a", "type": "int"}]})
 V2 = json.dumps(
     {

@@ -11,6 +11,8 @@ from backbone_spark.planning import OffsetRange, split_ranges
 pytest.importorskip("pyspark")
 from backbone_spark.streaming import prorate
 
+pytestmark = pytest.mark.unit
+
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
 

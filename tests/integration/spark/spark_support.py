@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,10 +24,6 @@ class Produced(NamedTuple):
     timestamp_ms: int
     timestamp_type: int
     headers: tuple[tuple[str, bytes | None], ...] | None
-
-
-def unique_topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:

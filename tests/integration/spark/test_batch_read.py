@@ -7,10 +7,11 @@ import time
 from typing import Any
 
 import pytest
-from spark_support import create_topic, in_order, produce, read_rows, unique_topic
+from spark_support import create_topic, in_order, produce, read_rows
 
 from backbone.client import Admin, TopicPartition
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.names import unique_name
 
 
 def reader(spark: Any, broker: BrokerProcess, **options: str) -> Any:
@@ -22,7 +23,7 @@ def reader(spark: Any, broker: BrokerProcess, **options: str) -> Any:
 
 @pytest.fixture(scope="module")
 def topic_with_records(live_broker: BrokerProcess) -> tuple[str, list]:
-    topic = unique_topic("whole")
+    topic = unique_name("whole")
     create_topic(live_broker.bootstrap, topic, 3)
     base = int(time.time() * 1000) - 100_000
     return topic, produce(live_broker.bootstrap, topic, 300, 3, timestamp_of=lambda i: base + i * 10)
@@ -89,7 +90,7 @@ def test_timestamp_ranges_overall_and_per_partition(spark, live_broker, topic_wi
 
 
 def test_a_pattern_reads_every_matching_topic(spark, live_broker):
-    prefix = unique_topic("pat")
+    prefix = unique_name("pat")
     produced = []
     for name in ("a", "b"):
         create_topic(live_broker.bootstrap, f"{prefix}-{name}", 2)
@@ -107,7 +108,7 @@ def test_assign_reads_only_the_named_partitions(spark, live_broker, topic_with_r
 
 
 def test_a_big_partition_is_split_into_several_tasks(spark, live_broker):
-    topic = unique_topic("split")
+    topic = unique_name("split")
     create_topic(live_broker.bootstrap, topic, 1)
     produced = produce(live_broker.bootstrap, topic, 1000, 1, linger_ms=0, batch_size=2000)
     df = reader(spark, live_broker, subscribe=topic, minPartitions="4", includeHeaders="true")
@@ -120,14 +121,14 @@ def test_a_big_partition_is_split_into_several_tasks(spark, live_broker):
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_every_compression_codec(spark, live_broker, codec):
-    topic = unique_topic(codec)
+    topic = unique_name(codec)
     create_topic(live_broker.bootstrap, topic, 2)
     produced = produce(live_broker.bootstrap, topic, 200, 2, compression_type=codec)
     assert read_rows(reader(spark, live_broker, subscribe=topic, includeHeaders="true")) == in_order(produced)
 
 
 def test_log_append_time_topics_report_the_brokers_timestamps(spark, live_broker):
-    topic = unique_topic("append")
+    topic = unique_name("append")
     create_topic(live_broker.bootstrap, topic, 1, **{"message.timestamp.type": "LogAppendTime"})
     produced = produce(
         live_broker.bootstrap, topic, 50, 1, log_append_time=True, timestamp_of=lambda i: 1000 + i
@@ -138,7 +139,7 @@ def test_log_append_time_topics_report_the_brokers_timestamps(spark, live_broker
 
 
 def test_a_retention_gap_fails_naming_the_range_or_is_skipped(spark, live_broker):
-    topic = unique_topic("gap")
+    topic = unique_name("gap")
     create_topic(live_broker.bootstrap, topic, 1)
     produced = produce(live_broker.bootstrap, topic, 100, 1, linger_ms=0, batch_size=300)
     with Admin(bootstrap_servers=live_broker.bootstrap) as admin:

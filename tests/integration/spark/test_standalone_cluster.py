@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from spark_support import TEST_JAVA_OPTIONS, create_topic, produce, unique_topic
+from spark_support import TEST_JAVA_OPTIONS, create_topic, produce
 
 from backbone.coordination import find_free_port
 from backbone.dev.processes import BrokerProcess, start_until_line, stop_child
+from tests.helpers.names import unique_name
 
 JOB = Path(__file__).with_name("cluster_job.py")
 
@@ -92,7 +93,7 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 def test_a_submitted_job_spreads_over_both_workers_with_local_results(
     spark, live_broker: BrokerProcess, standalone_cluster: str, tmp_path: Path
 ):
-    topic = unique_topic("cluster")
+    topic = unique_name("cluster")
     create_topic(live_broker.bootstrap, topic, 4)
     produce(live_broker.bootstrap, topic, 2000, 4)
     command = [spark_bin("spark-submit"), "--master", standalone_cluster]

@@ -14,11 +14,11 @@ from spark_support import (
     in_order,
     produce,
     read_rows,
-    unique_topic,
 )
 
 from backbone.client import Admin
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.names import unique_name
 
 
 def stream(spark: Any, broker: BrokerProcess, **options: str) -> Any:
@@ -35,7 +35,7 @@ def batch_sizes(query: Any) -> list[int]:
 def test_available_now_reads_all_in_capped_batches_and_leaves_no_lag(
     spark, live_broker, tmp_path: Path, wait_for
 ):
-    topic = unique_topic("now")
+    topic = unique_name("now")
     create_topic(live_broker.bootstrap, topic, 2)
     produced = produce(live_broker.bootstrap, topic, 500, 2)
     group = f"spark-test-{uuid.uuid4().hex[:6]}"
@@ -68,7 +68,7 @@ def test_available_now_reads_all_in_capped_batches_and_leaves_no_lag(
 
 
 def test_trigger_once_takes_everything_in_one_batch(spark, live_broker, tmp_path: Path, wait_for):
-    topic = unique_topic("once")
+    topic = unique_name("once")
     create_topic(live_broker.bootstrap, topic, 2)
     produce(live_broker.bootstrap, topic, 100, 2)
     df = stream(spark, live_broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="10")
@@ -86,7 +86,7 @@ def test_trigger_once_takes_everything_in_one_batch(spark, live_broker, tmp_path
 def test_min_offsets_per_trigger_waits_for_enough_records_or_the_delay(
     spark, live_broker, tmp_path: Path, wait_for
 ):
-    topic = unique_topic("min")
+    topic = unique_name("min")
     create_topic(live_broker.bootstrap, topic, 1)
     name = f"min_{uuid.uuid4().hex[:6]}"
     df = stream(spark, live_broker, subscribe=topic, minOffsetsPerTrigger="50", maxTriggerDelay="1h")
@@ -130,7 +130,7 @@ def test_min_offsets_per_trigger_waits_for_enough_records_or_the_delay(
 
 
 def test_new_partitions_and_new_matching_topics_are_picked_up(spark, live_broker, tmp_path: Path, wait_for):
-    prefix = unique_topic("grow")
+    prefix = unique_name("grow")
     create_topic(live_broker.bootstrap, f"{prefix}-a", 1)
     name = f"grow_{uuid.uuid4().hex[:6]}"
     df = stream(spark, live_broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest")

@@ -18,10 +18,10 @@ from spark_support import (
     create_topic,
     group_offsets,
     produce,
-    unique_topic,
 )
 
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.names import unique_name
 
 DRIVER = Path(__file__).with_name("stream_driver.py")
 KILLS = 3
@@ -53,7 +53,7 @@ def kill_driver(process: subprocess.Popen[bytes]) -> None:
 def test_killed_and_restarted_driver_loses_and_repeats_nothing(
     spark, live_broker: BrokerProcess, tmp_path, wait_for
 ):
-    topic = unique_topic("restart")
+    topic = unique_name("restart")
     create_topic(live_broker.bootstrap, topic, 2)
     group = f"spark-restart-{uuid.uuid4().hex[:6]}"
     out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"

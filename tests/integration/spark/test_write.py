@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
-from spark_support import create_topic, produce, unique_topic
+from spark_support import create_topic, produce
 
 from backbone.client import Consumer, TopicPartition
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.names import unique_name
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -37,7 +38,7 @@ def writer(df: Any, broker: BrokerProcess, **options: str) -> Any:
 
 
 def test_a_batch_write_produces_every_column(spark, live_broker: BrokerProcess):
-    topic = unique_topic("write")
+    topic = unique_name("write")
     create_topic(live_broker.bootstrap, topic, 3)
     schema = StructType(
         [
@@ -66,7 +67,7 @@ def test_a_batch_write_produces_every_column(spark, live_broker: BrokerProcess):
 
 
 def test_the_topic_option_wins_over_the_column(spark, live_broker):
-    topic = unique_topic("opt")
+    topic = unique_name("opt")
     create_topic(live_broker.bootstrap, topic, 1)
     df = spark.createDataFrame([("elsewhere", f"v{i}") for i in range(20)], "topic string, value string")
     writer(df, live_broker, topic=topic).save()
@@ -76,7 +77,7 @@ def test_the_topic_option_wins_over_the_column(spark, live_broker):
 
 
 def test_a_streaming_copy_counts_its_records_in_the_progress(spark, live_broker, tmp_path: Path):
-    source, target = unique_topic("from"), unique_topic("to")
+    source, target = unique_name("from")("to")
     create_topic(live_broker.bootstrap, source, 2)
     create_topic(live_broker.bootstrap, target, 2)
     produced = produce(live_broker.bootstrap, source, 400, 2)
@@ -106,7 +107,7 @@ def test_a_streaming_copy_counts_its_records_in_the_progress(spark, live_broker,
 
 
 def test_a_refused_record_fails_the_job_with_its_error(spark, live_broker):
-    topic = unique_topic("small")
+    topic = unique_name("small")
     create_topic(live_broker.bootstrap, topic, 1, **{"max.message.bytes": "2000"})
     df = spark.createDataFrame([("x" * 10_000,)], "value string")
     with pytest.raises(Exception, match=r"writing a record failed: .*(TooLarge|too large)"):
