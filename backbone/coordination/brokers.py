@@ -93,7 +93,7 @@ class BrokerOps(StoreSession):
         try:
             self._client.create(path, initial(), makepath=True)
         except NodeExistsError:
-            log.debug("znode created concurrently by another client path=%s", path)
+            log.debug("event=znode_created_concurrently path=%s", path)
         created = read()
         if created is None:
             raise CoordinationError(f"{path} vanished right after it was created")
@@ -113,7 +113,7 @@ class BrokerOps(StoreSession):
             self._registration = registered
             self._registration_pending = False
         log.info(
-            "broker registered broker_id=%d epoch=%d endpoints=%s rack=%s",
+            "event=broker_registered broker_id=%d epoch=%d endpoints=%s rack=%s",
             registered.broker_id,
             registered.epoch,
             ",".join(e.connection_string() for e in registered.endpoints),
@@ -138,9 +138,9 @@ class BrokerOps(StoreSession):
             try:
                 self._client.delete(path, version=found[1].version)
             except (NoNodeError, BadVersionError):
-                log.debug("stale broker node changed meanwhile broker_id=%d", registration.broker_id)
+                log.debug("event=stale_broker_node_changed broker_id=%d", registration.broker_id)
             log.warning(
-                "replaced the stale registration of a dead process broker_id=%d old_epoch=%d",
+                "event=stale_broker_registration_replaced broker_id=%d old_epoch=%d",
                 registration.broker_id,
                 found[1].czxid,
             )
@@ -178,8 +178,8 @@ class BrokerOps(StoreSession):
             try:
                 self._client.delete(path, version=found[1].version)
             except NoNodeError:
-                log.debug("broker node already gone broker_id=%d", registration.broker_id)
-        log.info("broker unregistered broker_id=%d", registration.broker_id)
+                log.debug("event=broker_node_already_gone broker_id=%d", registration.broker_id)
+        log.info("event=broker_unregistered broker_id=%d", registration.broker_id)
 
     def _after_session_event(self, event: SessionEvent) -> SessionEvent:
         if event is SessionEvent.EXPIRED:
@@ -211,11 +211,11 @@ class BrokerOps(StoreSession):
                     registered = self._create_registration(fresh)
             except (CoordinationError, KafkaError):
                 # Stays pending: the next RECONNECTED or NEW_SESSION tries again.
-                log.exception("broker re-registration failed broker_id=%d", registration.broker_id)
+                log.exception("event=broker_reregistration_failed broker_id=%d", registration.broker_id)
                 return SessionEvent.REGISTRATION_FAILED
             self._registration = registered
             self._registration_pending = False
-        log.info("broker re-registered broker_id=%d epoch=%d", registered.broker_id, registered.epoch)
+        log.info("event=broker_reregistered broker_id=%d epoch=%d", registered.broker_id, registered.epoch)
         return event
 
     # -- membership ------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ class BrokerOps(StoreSession):
             failure = transaction_failure(results)
             if failure is None:
                 elected = ControllerEpoch(current.epoch + 1, results[1].version)
-                log.info("controller elected broker_id=%d epoch=%d", broker_id, elected.epoch)
+                log.info("event=controller_elected broker_id=%d epoch=%d", broker_id, elected.epoch)
                 return elected
             index, error = failure
             if index == 0 and isinstance(error, NodeExistsError):
@@ -314,7 +314,7 @@ class BrokerOps(StoreSession):
             self._client.delete(paths.CONTROLLER, version=found[1].version)
         except (NoNodeError, BadVersionError):
             return False
-        log.warning("removed the controller node of an unreachable broker broker_id=%d", broker_id)
+        log.warning("event=unreachable_controller_node_removed broker_id=%d", broker_id)
         return True
 
     # -- controlled shutdown -----------------------------------------------------------------------
@@ -327,7 +327,7 @@ class BrokerOps(StoreSession):
         try:
             self._client.create(path, b"", ephemeral=True)
         except NodeExistsError:
-            log.debug("controlled shutdown already announced broker_id=%d", broker_id)
+            log.debug("event=controlled_shutdown_already_announced broker_id=%d", broker_id)
 
     @translate_errors("clear a controlled shutdown")
     def clear_controlled_shutdown(self, broker_id: int) -> None:
@@ -371,7 +371,7 @@ class BrokerOps(StoreSession):
             self._client.delete(paths.CONTROLLER, version=found[1].version)
         except (NoNodeError, BadVersionError):
             return False  # gone or replaced already: in either case we no longer hold it
-        log.info("controller resigned broker_id=%d", ControllerInfo.decode(found[0]).broker_id)
+        log.info("event=controller_resigned broker_id=%d", ControllerInfo.decode(found[0]).broker_id)
         return True
 
     def watch_controller(self, callback: Callable[[ControllerInfo | None], None]) -> Watch:

@@ -67,7 +67,10 @@ class ConfigOps(TopicOps):
             failure = transaction_failure(transaction.commit())
             if failure is None:
                 log.info(
-                    "config changed entity=%s/%s keys=%s", entity_type, entity_name, ",".join(sorted(values))
+                    "event=config_changed entity=%s/%s keys=%s",
+                    entity_type,
+                    entity_name,
+                    ",".join(sorted(values)),
                 )
                 return
             if failure[0] == 0 and isinstance(failure[1], NodeExistsError | NoNodeError):
@@ -143,7 +146,7 @@ class ConfigOps(TopicOps):
                     if change is not None:
                         callback(change)
                 except Exception:  # one bad notification or callback must not hide the later ones
-                    log.exception("config change callback failed notification=%s", name)
+                    log.exception("event=config_change_callback_failed notification=%s", name)
 
         return self._watch_children(paths.CONFIG_CHANGES, on_children, "config changes")
 
@@ -161,5 +164,5 @@ class ConfigOps(TopicOps):
                 self._client.delete(path, version=stat.version)
                 purged += 1
             except NoNodeError:
-                log.debug("config change notification already purged path=%s", path)
+                log.debug("event=config_change_notification_already_purged path=%s", path)
         return purged

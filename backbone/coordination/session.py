@@ -179,7 +179,9 @@ class StoreSession:
             for path in paths.PERSISTENT_PATHS:
                 self._client.ensure_path(path)
         log.info(
-            "zookeeper store connected connect=%s session=0x%x", self.connect_string, self.session_id or 0
+            "event=zookeeper_store_connected connect=%s session=0x%x",
+            self.connect_string,
+            self.session_id or 0,
         )
 
     def _connect(self, client: KazooClient) -> None:
@@ -214,7 +216,7 @@ class StoreSession:
             self._client.close()
         finally:
             self._worker.shutdown(wait=True, cancel_futures=True)
-        log.info("zookeeper store closed connect=%s", self.connect_string)
+        log.info("event=zookeeper_store_closed connect=%s", self.connect_string)
 
     def __enter__(self) -> StoreSession:
         self.start()
@@ -263,11 +265,18 @@ class StoreSession:
             event = SessionEvent.NEW_SESSION
         else:
             event = SessionEvent.RECONNECTED
-        log.info("zookeeper session state=%s event=%s connect=%s", state, event.value, self.connect_string)
+        log.info(
+            "event=zookeeper_session_state state=%s session_event=%s connect=%s",
+            state,
+            event.value,
+            self.connect_string,
+        )
         try:
             self._worker.submit(self._handle_session_event, event)
         except RuntimeError:  # close() shut the worker down between our check and the submit
-            log.debug("zookeeper session event after close dropped event=%s", event.value)
+            log.debug(
+                "event=zookeeper_session_event_dropped session_event=%s reason=store_closed", event.value
+            )
 
     def _handle_session_event(self, event: SessionEvent) -> None:
         final = self._after_session_event(event)
@@ -277,7 +286,11 @@ class StoreSession:
             try:
                 listener(final)
             except Exception:  # a listener's bug must not stop the others or this thread
-                log.exception("zookeeper session listener failed event=%s listener=%r", final.value, listener)
+                log.exception(
+                    "event=zookeeper_session_listener_failed session_event=%s listener=%r",
+                    final.value,
+                    listener,
+                )
 
     def _after_session_event(self, event: SessionEvent) -> SessionEvent:
         """Hook for subclasses (re-registration); returns the event listeners should see."""
@@ -338,7 +351,7 @@ class StoreSession:
             try:
                 on_change(sorted(children))
             except Exception:  # a callback's bug must not end the watch or kazoo's event thread
-                log.exception("zookeeper watch callback failed watch=%s path=%s", description, path)
+                log.exception("event=zookeeper_watch_callback_failed watch=%s path=%s", description, path)
             return True
 
         with zk_errors(f"watch {description}"):
@@ -359,7 +372,7 @@ class StoreSession:
             try:
                 on_change(data, stat)
             except Exception:
-                log.exception("zookeeper watch callback failed watch=%s path=%s", description, path)
+                log.exception("event=zookeeper_watch_callback_failed watch=%s path=%s", description, path)
             return True
 
         with zk_errors(f"watch {description}"):

@@ -101,7 +101,7 @@ class TopicOps(BrokerOps):
             try:
                 found[topic] = self.get_topic(topic)
             except UnknownTopicOrPartitionError:
-                log.debug("topic vanished while listing topic=%s", topic)
+                log.debug("event=topic_vanished_while_listing topic=%s", topic)
         return found
 
     def watch_topics(self, callback: Callable[[list[str]], None]) -> Watch:
@@ -211,7 +211,7 @@ class TopicOps(BrokerOps):
         epoch = self.get_controller_epoch()
         self._commit_topic_creation(created, config, live, epoch.epoch if epoch else 0)
         log.info(
-            "topic created topic=%s topic_id=%s partitions=%d replication_factor=%d",
+            "event=topic_created topic=%s topic_id=%s partitions=%d replication_factor=%d",
             topic,
             created.topic_id,
             created.partition_count,
@@ -294,7 +294,9 @@ class TopicOps(BrokerOps):
             check_request_size(transaction, f"growing topic '{topic}' to {total} partitions")
             failure = transaction_failure(transaction.commit())
             if failure is None:
-                log.info("partitions added topic=%s from=%d to=%d", topic, current.partition_count, total)
+                log.info(
+                    "event=partitions_added topic=%s from=%d to=%d", topic, current.partition_count, total
+                )
                 return merged
             index, error = failure
             if index == 0 and isinstance(error, BadVersionError | NoNodeError):
@@ -346,9 +348,9 @@ class TopicOps(BrokerOps):
         try:
             self._client.create(paths.delete_topic_path(topic))
         except NodeExistsError:
-            log.debug("topic already marked for deletion topic=%s", topic)
+            log.debug("event=topic_already_marked_for_deletion topic=%s", topic)
             return
-        log.info("topic marked for deletion topic=%s", topic)
+        log.info("event=topic_marked_for_deletion topic=%s", topic)
 
     @translate_errors("list topics marked for deletion")
     def topics_marked_for_deletion(self) -> list[str]:
@@ -373,7 +375,7 @@ class TopicOps(BrokerOps):
                 transaction.delete(path)
             failure = transaction_failure(transaction.commit())
             if failure is None:
-                log.info("topic deleted topic=%s nodes=%d", topic, len(doomed))
+                log.info("event=topic_deleted topic=%s nodes=%d", topic, len(doomed))
                 return
             if isinstance(failure[1], NotEmptyError | NoNodeError):
                 continue  # a node appeared or vanished meanwhile: collect the tree again
@@ -478,7 +480,7 @@ class TopicOps(BrokerOps):
             try:
                 self._client.delete(path)
             except NoNodeError:
-                log.debug("isr change notification already deleted path=%s", path)
+                log.debug("event=isr_change_notification_already_deleted path=%s", path)
         return changed
 
     def watch_isr_change_notifications(self, callback: Callable[[list[str]], None]) -> Watch:

@@ -285,7 +285,7 @@ class ZooKeeperServer:
         try:
             self.class_cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            log.info("zookeeper class archive disabled dir=%s reason=%s", self.class_cache_dir, error)
+            log.info("event=zookeeper_class_archive_disabled dir=%s reason=%r", self.class_cache_dir, error)
             return [], None
         # Dumped under a private name and moved into place after a clean stop: concurrent first runs
         # never read a half-written archive.
@@ -300,7 +300,7 @@ class ZooKeeperServer:
         # 143 = the JVM's exit after SIGTERM; after SIGKILL the dump may be partial.
         if exit_status in (0, 143) and pending.stat().st_size > 0:
             os.replace(pending, final)
-            log.info("zookeeper class archive saved path=%s", final)
+            log.info("event=zookeeper_class_archive_saved path=%s", final)
         else:
             pending.unlink()
 
@@ -343,7 +343,7 @@ class ZooKeeperServer:
         self._pending_archive = pending_archive
         self.pid_file.write_text(f"{self._process.pid}\n")
         log.info(
-            "zookeeper starting pid=%d address=%s dir=%s",
+            "event=zookeeper_starting pid=%d address=%s dir=%s",
             self._process.pid,
             self.connect_string,
             self.directory,
@@ -355,7 +355,7 @@ class ZooKeeperServer:
             raise
         self.ready_seconds = time.monotonic() - began
         log.info(
-            "zookeeper ready pid=%d address=%s seconds=%.3f",
+            "event=zookeeper_ready pid=%d address=%s seconds=%.3f",
             self._process.pid,
             self.connect_string,
             self.ready_seconds,
@@ -422,7 +422,7 @@ class ZooKeeperServer:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log.warning(
-                    "zookeeper did not stop on SIGTERM pid=%d timeout=%.1f, sending SIGKILL",
+                    "event=zookeeper_killed pid=%d sigterm_timeout_s=%.1f reason='did not stop on SIGTERM'",
                     process.pid,
                     timeout,
                 )
@@ -432,7 +432,7 @@ class ZooKeeperServer:
         self._settle_class_archive(process.returncode)
         with contextlib.suppress(FileNotFoundError):
             self.pid_file.unlink()
-        log.info("zookeeper stopped pid=%d status=%s", process.pid, process.returncode)
+        log.info("event=zookeeper_stopped pid=%d status=%s", process.pid, process.returncode)
         return process.returncode
 
     def __enter__(self) -> ZooKeeperServer:

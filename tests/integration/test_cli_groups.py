@@ -45,7 +45,7 @@ def committed(admin: Admin, group: str) -> dict[TopicPartition, int]:
 def test_lag_reset_offsets_and_delete(broker_factory, wait_for) -> None:
     broker = broker_factory(1, **BROKER_SETTINGS)
     server = ("--bootstrap-server", broker.bootstrap)
-    topic, group = unique_name("lag")("group")
+    topic, group = unique_name("lag"), unique_name("group")
     t0, t1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     base_ms = 1_700_000_000_000
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
@@ -144,7 +144,7 @@ def test_lag_reset_offsets_and_delete(broker_factory, wait_for) -> None:
 def test_an_active_group_is_described_and_protected(broker_factory, wait_for) -> None:
     broker = broker_factory(1, **BROKER_SETTINGS)
     server = ("--bootstrap-server", broker.bootstrap)
-    topic, group = unique_name("active")("group")
+    topic, group = unique_name("active"), unique_name("group")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 2, 1)])
         with Producer(bootstrap_servers=broker.bootstrap) as producer:

@@ -32,7 +32,7 @@ def describe(bootstrap: str, *names: str) -> tuple[dict[str, dict[str, str]], di
 def test_topics_are_created_listed_described_altered_and_deleted(broker_factory, wait_for) -> None:
     brokers = [broker_factory(1), broker_factory(2)]
     bootstrap = brokers[0].bootstrap
-    name, other = unique_name("cli")("cli")
+    name, other = unique_name("cli"), unique_name("cli")
     server = ("--bootstrap-server", bootstrap)
 
     created = run_ok(

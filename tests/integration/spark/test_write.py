@@ -77,7 +77,7 @@ def test_the_topic_option_wins_over_the_column(spark, live_broker):
 
 
 def test_a_streaming_copy_counts_its_records_in_the_progress(spark, live_broker, tmp_path: Path):
-    source, target = unique_name("from")("to")
+    source, target = unique_name("from"), unique_name("to")
     create_topic(live_broker.bootstrap, source, 2)
     create_topic(live_broker.bootstrap, target, 2)
     produced = produce(live_broker.bootstrap, source, 400, 2)
