@@ -90,8 +90,8 @@ class MetadataSync:
         self.cache = cache
         self.loop = loop
         self.listeners: list[MetadataListener] = []
-        self._topic_watches: dict[str, Watch] = {}
-        self._state_watches: dict[TopicPartition, Watch] = {}
+        self._topic_watches: dict[str, Watch | _PendingWatch] = {}
+        self._state_watches: dict[TopicPartition, Watch | _PendingWatch] = {}
         self._watches: list[Watch] = []
         self._closed = False
 

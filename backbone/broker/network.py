@@ -297,7 +297,7 @@ class Connection(asyncio.BufferedProtocol):
             self.peer,
             what,
             reason,
-            "connection_closed" if answer is None else ErrorCode(code).name.upper(),
+            "connection_closed" if answer is None or code is None else code.name.upper(),
             frame.nbytes,
             bytes(frame[:HEX_DUMP_BYTES]).hex(),
         )

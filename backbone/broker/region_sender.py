@@ -50,8 +50,14 @@ class FileRegionSender(RegionSender):
         if region.length >= self.sendfile_threshold:
             loop = asyncio.get_running_loop()
             # The segment file is opened O_APPEND, so sendfile moving its file position cannot misplace
-            # appends.
-            await loop.sendfile(transport, region.file, region.position, region.length)
+            # appends. asyncio's native sendfile uses only the file's fileno(), which SegmentFile has;
+            # typeshed asks for a whole IO[bytes].
+            await loop.sendfile(
+                transport,
+                region.file,  # type: ignore[arg-type]
+                region.position,
+                region.length,
+            )
             return
         if region.length <= READ_SLICE:
             transport.write(region.read())

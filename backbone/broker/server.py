@@ -212,7 +212,7 @@ class Broker(MetadataListener):
         stored = await asyncio.to_thread(identity.stored_cluster_id)
         found = await self.zk(self.store.get_cluster_id)
         identity.check(found, stored)
-        cluster_id = found or await self.zk(self.store.get_or_create_cluster_id)
+        cluster_id = found if found else await self.zk(self.store.get_or_create_cluster_id)
         await asyncio.to_thread(identity.record, cluster_id)
         self.store.cluster_id = cluster_id
         return cluster_id

@@ -40,10 +40,10 @@ _FIELDS: dict[str, Field] = {
     "p": lambda r: b"%d" % r.partition,
     "o": lambda r: b"%d" % r.offset,
     "T": lambda r: b"%d" % r.timestamp,
-    "k": lambda r: bytes(r.key or b""),  # type: ignore[call-overload]
-    "s": lambda r: bytes(r.value or b""),  # type: ignore[call-overload]
-    "K": lambda r: b"%d" % (-1 if r.key is None else len(r.key)),  # type: ignore[arg-type]
-    "S": lambda r: b"%d" % (-1 if r.value is None else len(r.value)),  # type: ignore[arg-type]
+    "k": lambda r: bytes(r.key or b""),
+    "s": lambda r: bytes(r.value or b""),
+    "K": lambda r: b"%d" % (-1 if r.key is None else len(r.key)),
+    "S": lambda r: b"%d" % (-1 if r.value is None else len(r.value)),
     "h": lambda r: b",".join(name.encode() + b"=" + (value or b"") for name, value in r.headers),
     "%": lambda r: b"%",
 }

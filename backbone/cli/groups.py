@@ -247,23 +247,25 @@ def delete_groups(args: argparse.Namespace) -> int:
             if len(group_ids) > 1:
                 raise UsageError("--topic deletes the offsets of one group; name one --group")
             return _delete_offsets(admin, group_ids[0], [parse_topic_partitions(t) for t in args.topic])
+        errors: dict[str, Exception] = {}
         try:
-            deleted, errors = admin.delete_consumer_groups(group_ids), {}
+            deleted = admin.delete_consumer_groups(group_ids)
         except KafkaError as error:
-            deleted, errors = getattr(error, "results", {}), getattr(error, "errors", None)
-            if errors is None:
+            per_group = getattr(error, "errors", None)  # a partial failure names each group's error
+            if per_group is None:
                 raise
+            deleted, errors = getattr(error, "results", {}), per_group
     for group_id in group_ids:
         if group_id in deleted:
             print(f"deleted consumer group {group_id!r}")
     problems = []
-    for group_id, error in errors.items():
-        if isinstance(error, GroupIdNotFoundError):
+    for group_id, failure in errors.items():
+        if isinstance(failure, GroupIdNotFoundError):
             problems.append(f"no consumer group named {group_id!r}")
-        elif isinstance(error, NonEmptyGroupError):
+        elif isinstance(failure, NonEmptyGroupError):
             problems.append(f"group {group_id!r} has active members; stop its consumers first")
         else:
-            problems.append(f"group {group_id!r}: {error}")
+            problems.append(f"group {group_id!r}: {failure}")
     if problems:
         raise CommandFailed("; ".join(problems))
     return 0

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         TopicPartition,
     )
 
-    Plan = dict[TopicPartition, tuple[int, ...] | None]  # None: a partition named without a target
+    Plan = Mapping[TopicPartition, tuple[int, ...] | None]  # None: a partition named without a target
 _REFRESH_S = 1.0
 _SIZE_TIMEOUT_MS = 3000  # a broker that does not say its replica sizes by then is shown as unreachable
 

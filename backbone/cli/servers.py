@@ -74,7 +74,7 @@ def start_zookeeper(args: argparse.Namespace) -> int:
     from backbone.coordination import ZooKeeperServer
 
     server = ZooKeeperServer(args.dir, args.port, host=args.host)
-    stop = {"signal": None}
+    stop: dict[str, int | None] = {"signal": None}
 
     def on_signal(signum: int, frame: object) -> None:
         stop["signal"] = signum

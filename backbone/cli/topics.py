@@ -245,9 +245,9 @@ def delete_topics(args: argparse.Namespace) -> int:
         if name in deleted:
             print(f"deleted topic {name!r}")
     missing = [name for name, error in errors.items() if isinstance(error, UnknownTopicOrPartitionError)]
-    for error in errors.values():
-        if not isinstance(error, UnknownTopicOrPartitionError):
-            raise error
+    for failure in errors.values():
+        if not isinstance(failure, UnknownTopicOrPartitionError):
+            raise failure
     if missing and not args.if_exists:
         raise CommandFailed(f"{_no_such_topics(missing)} (add --if-exists to accept that)")
     return 0

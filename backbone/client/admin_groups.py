@@ -14,8 +14,9 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
+from backbone.client.admin_host import AdminHost
 from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
 from backbone.client.group_requests import PROTOCOL_TYPE, find_coordinator, offset_commit, offset_fetch
 from backbone.client.messages import group_by_topic
@@ -26,9 +27,6 @@ from backbone.consumer_groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
 from backbone.protocol.headers import MalformedMessage
-
-if TYPE_CHECKING:
-    from backbone.client.admin import AsyncAdmin
 
 __all__ = ["GroupAdminMixin", "GroupDescription", "GroupListing", "MemberDescription"]
 
@@ -70,16 +68,16 @@ class GroupDescription(NamedTuple):
         return bool(self.members) or self.state not in INACTIVE_STATES
 
 
-class GroupAdminMixin:
+class GroupAdminMixin(AdminHost):
     """Mixed into AsyncAdmin."""
 
     # -- coordinators -------------------------------------------------------------------------------
 
-    async def _find_coordinator(self: AsyncAdmin, group_id: str) -> int:
+    async def _find_coordinator(self, group_id: str) -> int:
         """The id of the broker coordinating `group_id`."""
         return (await find_coordinator(await self.cluster.any_connection(), group_id)).node_id
 
-    async def _by_coordinator(self: AsyncAdmin, group_ids: Iterable[str]) -> dict[int, list[str]]:
+    async def _by_coordinator(self, group_ids: Iterable[str]) -> dict[int, list[str]]:
         wanted = list(dict.fromkeys(group_ids))
         nodes = await asyncio.gather(*(self._find_coordinator(group_id) for group_id in wanted))
         groups: dict[int, list[str]] = collections.defaultdict(list)
@@ -87,11 +85,11 @@ class GroupAdminMixin:
             groups[node].append(group_id)
         return groups
 
-    async def _coordinator_connection(self: AsyncAdmin, group_id: str) -> BrokerConnection:
+    async def _coordinator_connection(self, group_id: str) -> BrokerConnection:
         return await self.cluster.connection(await self._find_coordinator(group_id))
 
     async def _per_group(
-        self: AsyncAdmin,
+        self,
         group_ids: Iterable[str],
         send: Callable[[int, list[str]], Awaitable[Iterable[tuple[str, int, V]]]],
         what: str,
@@ -129,7 +127,7 @@ class GroupAdminMixin:
     # -- groups -------------------------------------------------------------------------------------
 
     async def list_consumer_groups(
-        self: AsyncAdmin, states: Iterable[str] | None = None, *, timeout_ms: int | None = None
+        self, states: Iterable[str] | None = None, *, timeout_ms: int | None = None
     ) -> list[GroupListing]:
         """Every consumer group of the cluster (asking every broker), sorted by id; only those in `states`
         ("Stable", "Empty", ...; case as Kafka spells them) when given."""
@@ -162,7 +160,7 @@ class GroupAdminMixin:
         return await self._retrying(attempt, "list_consumer_groups", timeout_ms)
 
     async def describe_consumer_groups(
-        self: AsyncAdmin, group_ids: Iterable[str], *, timeout_ms: int | None = None
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
     ) -> dict[str, GroupDescription]:
         """State, assignor and members (client id, host, assigned partitions) of each group.
 
@@ -182,7 +180,7 @@ class GroupAdminMixin:
         return await self._per_group(group_ids, send, "describe_consumer_groups", timeout_ms)
 
     async def delete_consumer_groups(
-        self: AsyncAdmin, group_ids: Iterable[str], *, timeout_ms: int | None = None
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
     ) -> dict[str, None]:
         """Delete groups and their committed offsets; {group: None}. A group with members cannot be deleted
         (NonEmptyGroupError); one that does not exist raises GroupIdNotFoundError."""
@@ -201,7 +199,7 @@ class GroupAdminMixin:
     # -- committed offsets --------------------------------------------------------------------------
 
     async def list_consumer_group_offsets(
-        self: AsyncAdmin,
+        self,
         group_id: str,
         partitions: Iterable[TopicPartition] | None = None,
         *,
@@ -219,7 +217,7 @@ class GroupAdminMixin:
         return await self._retrying(attempt, "list_consumer_group_offsets", timeout_ms)
 
     async def alter_consumer_group_offsets(
-        self: AsyncAdmin,
+        self,
         group_id: str,
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
         *,
@@ -240,7 +238,7 @@ class GroupAdminMixin:
         return await self._retrying(attempt, "alter_consumer_group_offsets", timeout_ms)
 
     async def delete_consumer_group_offsets(
-        self: AsyncAdmin,
+        self,
         group_id: str,
         partitions: Iterable[TopicPartition],
         *,
@@ -271,7 +269,7 @@ class GroupAdminMixin:
     # -- lag ----------------------------------------------------------------------------------------
 
     async def consumer_group_lag(
-        self: AsyncAdmin, group_ids: Iterable[str] | str, *, timeout_ms: int | None = None
+        self, group_ids: Iterable[str] | str, *, timeout_ms: int | None = None
     ) -> dict[str, list[PartitionLag]]:
         """Per group (one group id, or several), a row for each partition it committed or has assigned:
         committed offset, log end offset, lag (end minus committed; None without a committed offset) and
@@ -299,9 +297,7 @@ class GroupAdminMixin:
             for g in wanted
         }
 
-    async def mirror_lag(
-        self: AsyncAdmin, group_id: str, *, timeout_ms: int | None = None
-    ) -> list[MirrorLag]:
+    async def mirror_lag(self, group_id: str, *, timeout_ms: int | None = None) -> list[MirrorLag]:
         """A mirror group's lag per source partition, in records and in seconds of event time (see
         `mirror_progress`). Ask the source cluster: that is where a mirror's group commits. A partition
         assigned to a mirror that has committed nothing on it yet counts from its log start, where the
@@ -339,7 +335,7 @@ class GroupAdminMixin:
         ]
 
     async def _log_end_offsets(
-        self: AsyncAdmin, partitions: Iterable[TopicPartition], timeout_ms: int | None
+        self, partitions: Iterable[TopicPartition], timeout_ms: int | None
     ) -> dict[TopicPartition, int | None]:
         """Log end offsets; None for partitions that no longer exist or have no leader right now (a group
         keeps offsets of deleted topics until retention removes them, and they must not hide the rest)."""

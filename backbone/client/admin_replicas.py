@@ -5,26 +5,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
+from backbone.client.admin_host import AdminHost
 from backbone.client.connection import decode_kio, encode_kio
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
-
-if TYPE_CHECKING:
-    from backbone.client.admin import AsyncAdmin
 
 PREFERRED = 0
 UNCLEAN = 1
 ELECTION_TYPES = {"preferred": PREFERRED, "unclean": UNCLEAN}
 
 
-class ReplicaAdminMixin:
+class ReplicaAdminMixin(AdminHost):
     """Mixed into AsyncAdmin."""
 
     async def elect_leaders(
-        self: AsyncAdmin,
+        self,
         election_type: int | str = PREFERRED,
         partitions: Iterable[TopicPartition] | None = None,
         *,
@@ -70,7 +68,7 @@ class ReplicaAdminMixin:
         return await self._retrying(attempt, "ElectLeaders", timeout_ms)
 
     async def alter_partition_reassignments(
-        self: AsyncAdmin,
+        self,
         reassignments: Mapping[TopicPartition, Sequence[int] | None],
         *,
         timeout_ms: int | None = None,
@@ -107,7 +105,7 @@ class ReplicaAdminMixin:
         return await self._retrying(attempt, "AlterPartitionReassignments", timeout_ms)
 
     async def list_partition_reassignments(
-        self: AsyncAdmin, partitions: Iterable[TopicPartition] | None = None, *, timeout_ms: int | None = None
+        self, partitions: Iterable[TopicPartition] | None = None, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, PartitionReassignment]:
         """Reassignments in progress: {partition: (replicas, adding, removing)}."""
         topics = None
@@ -137,7 +135,7 @@ class ReplicaAdminMixin:
         return await self._retrying(attempt, "ListPartitionReassignments", timeout_ms)
 
     async def describe_log_dirs(
-        self: AsyncAdmin, brokers: Iterable[int] | None = None, *, timeout_ms: int | None = None
+        self, brokers: Iterable[int] | None = None, *, timeout_ms: int | None = None
     ) -> dict[int, dict[TopicPartition, ReplicaInfo]]:
         """{broker id: {partition: ReplicaInfo(size, offset_lag, is_future, log_dir)}} for every replica
         the brokers hold (all brokers in the cluster's metadata when None).

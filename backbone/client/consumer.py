@@ -26,7 +26,7 @@ import collections
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from backbone.client.cluster import ClusterClient
 from backbone.client.config import CONSUMER_OPTIONS, resolve
@@ -339,6 +339,14 @@ class AsyncConsumer:
             raise IllegalStateError("start() the consumer (or poll) before commit_async()")
         return group.commit_async(offsets, callback)
 
+    @overload
+    async def committed(
+        self, partitions: TopicPartition, *, timeout_ms: int | None = None
+    ) -> OffsetAndMetadata | None: ...
+    @overload
+    async def committed(
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]: ...
     async def committed(
         self, partitions: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int | None = None
     ) -> OffsetAndMetadata | dict[TopicPartition, OffsetAndMetadata | None] | None:

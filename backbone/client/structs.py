@@ -61,8 +61,8 @@ class ConsumerRecord(NamedTuple):
     offset: int
     timestamp: int
     timestamp_type: TimestampType
-    key: object
-    value: object
+    key: Any  # bytes or None without a deserializer; whatever the configured deserializer returns
+    value: Any
     headers: tuple[Header, ...]
 
 

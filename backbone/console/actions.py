@@ -73,7 +73,7 @@ async def _context(request: web.Request) -> tuple[ClusterSnapshot, Any]:
 
 
 def _bootstrap(request: web.Request, cluster: str) -> str:
-    return state(request).config.cluster(cluster).bootstrap_servers
+    return state(request).config.bootstrap_servers(cluster)
 
 
 async def _with_admin(
@@ -492,11 +492,10 @@ async def reset_offsets(request: web.Request) -> web.Response:
         specs = {TopicPartition(topic.name, p.partition): value for p in topic.partitions}
         found = await _with_admin(request, snapshot.name, lambda a: a.list_offsets(specs))
         by_time = {tp: o.offset for tp, o in found.items()}
-    plan = []
+    plan: list[tuple[str, int, int | str, int]] = []  # topic, partition, committed now, new offset
     for p in topic.partitions:
         start, end = p.start_offset or 0, p.end_offset or 0
         current = committed.get((topic.name, p.partition))
-        wanted = {"earliest": start, "latest": end, "offset": value}.get(to)
         if to == "time":
             found_at = by_time.get(TopicPartition(topic.name, p.partition), -1)
             wanted = end if found_at < 0 else found_at
@@ -506,8 +505,10 @@ async def reset_offsets(request: web.Request) -> web.Response:
                     f"partition {p.partition} has no committed offset to shift from: choose another target"
                 )
             wanted = current + value
+        else:
+            wanted = {"earliest": start, "latest": end, "offset": value}[to]
         plan.append(
-            [topic.name, p.partition, "-" if current is None else current, min(max(wanted, start), end)]
+            (topic.name, p.partition, "-" if current is None else current, min(max(wanted, start), end))
         )
     back = f"/clusters/{snapshot.name}/groups/{group.group_id}"
     what = "; ".join(f"{t}/{p}: {c} -> {n}" for t, p, c, n in plan)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import jinja2
@@ -20,6 +20,9 @@ from backbone.console.problems import clock
 from backbone.console.sampler import ClusterSampler
 from backbone.console.snapshot import ClusterSnapshot
 from backbone.mirror.audit_report import format_percent
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,9 @@ class ConsoleState:
         self.templates.globals.update(line_chart=line_chart)
         self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
+        # /metrics: its registry, made on the first scrape, and the last text with the snapshots it shows.
+        self.registry: CollectorRegistry | None = None
+        self.metrics_cache: tuple[tuple, bytes] | None = None
 
     def snapshot(self, cluster: str) -> ClusterSnapshot:
         sampler = self.samplers.get(cluster)

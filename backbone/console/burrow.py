@@ -53,24 +53,24 @@ def _n(value: int) -> str:
 def evaluate_partition(
     label: str, observations: Sequence[Observation], has_members: bool, window: int
 ) -> Verdict:
-    seen = [o for o in list(observations)[-window:] if o.committed is not None and o.lag is not None]
-    if len(seen) < MIN_OBSERVATIONS or not seen[-1].lag:
+    known = [
+        (o.committed, o.lag)
+        for o in list(observations)[-window:]
+        if o.committed is not None and o.lag is not None
+    ]
+    if len(known) < MIN_OBSERVATIONS or not known[-1][1]:
         return OK_VERDICT
-    first, last = seen[0], seen[-1]
-    offsets = [o.committed for o in seen]
-    lags = [o.lag for o in seen]
-    unmoved = all(offset == first.committed for offset in offsets)
+    offsets = [committed for committed, _ in known]
+    lags = [lag for _, lag in known]
+    samples = len(known)
+    unmoved = all(offset == offsets[0] for offset in offsets)
     if unmoved and not has_members:
         return Verdict(
             ERR,
             "STOP",
-            f"{label}: offset {_n(last.committed)} has not moved for {len(seen)} samples and the group has "
+            f"{label}: offset {_n(offsets[-1])} has not moved for {samples} samples and the group has "
             "no members, while lag "
-            + (
-                f"grew from {_n(first.lag)} to {_n(last.lag)}"
-                if last.lag > first.lag
-                else f"is {_n(last.lag)}"
-            ),
+            + (f"grew from {_n(lags[0])} to {_n(lags[-1])}" if lags[-1] > lags[0] else f"is {_n(lags[-1])}"),
         )
     if 0 in lags:
         return OK_VERDICT
@@ -85,17 +85,17 @@ def evaluate_partition(
         return Verdict(
             ERR,
             "STALL",
-            f"{label}: offsets have not moved for {len(seen)} samples while lag grew from "
-            f"{_n(first.lag)} to {_n(last.lag)}"
+            f"{label}: offsets have not moved for {samples} samples while lag grew from "
+            f"{_n(lags[0])} to {_n(lags[-1])}"
             if lags[-1] > lags[0]
-            else f"{label}: offsets have not moved for {len(seen)} samples with lag steady at {_n(last.lag)}",
+            else f"{label}: offsets have not moved for {samples} samples with lag steady at {_n(lags[-1])}",
         )
     if all(lags[i] > lags[i - 1] for i in range(1, len(lags))):
         return Verdict(
             WARN,
             "WARN",
-            f"{label}: offsets move but lag grew in each of the last {len(seen) - 1} intervals, from "
-            f"{_n(first.lag)} to {_n(last.lag)}",
+            f"{label}: offsets move but lag grew in each of the last {samples - 1} intervals, from "
+            f"{_n(lags[0])} to {_n(lags[-1])}",
         )
     return OK_VERDICT
 

@@ -91,6 +91,13 @@ class ConsoleConfig:
     def cluster(self, name: str) -> ClusterSettings | None:
         return next((c for c in self.clusters if c.name == name), None)
 
+    def bootstrap_servers(self, cluster: str) -> str:
+        """The bootstrap servers of a configured cluster; KeyError naming it when there is none."""
+        found = self.cluster(cluster)
+        if found is None:
+            raise KeyError(f"no cluster named {cluster!r} in the console's configuration")
+        return found.bootstrap_servers
+
     def user(self, name: str) -> UserSettings | None:
         return next((u for u in self.users if u.name == name), None)
 

@@ -285,7 +285,10 @@ class HistoryStore:
                     result=result,
                 )
             )
-            return int(inserted.inserted_primary_key[0])
+            key = inserted.inserted_primary_key
+            if key is None:  # only for statements that insert no row, which this one always does
+                raise RuntimeError("the action log insert returned no row id")
+            return int(key[0])
 
     def actions(self, limit: int = 200) -> list[Action]:
         query = select(action_log).order_by(action_log.c.id.desc()).limit(limit)

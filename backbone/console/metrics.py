@@ -99,13 +99,13 @@ def routes(app: web.Application) -> None:
 
 async def scrape(request: web.Request) -> web.Response:
     console = state(request)
-    registry = getattr(console, "registry", None)
+    registry = console.registry
     if registry is None:
         registry = console.registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(console))
     # The text changes only when a sampler publishes: scrapes in between get the same bytes.
     version = tuple((s.name, s.taken_ms, s.error) for s in console.snapshots())
-    cached = getattr(console, "metrics_cache", None)
+    cached = console.metrics_cache
     if cached is None or cached[0] != version:
         cached = console.metrics_cache = (version, generate_latest(registry))
     return web.Response(body=cached[1], headers={"Content-Type": CONTENT_TYPE_LATEST})

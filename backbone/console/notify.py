@@ -71,15 +71,15 @@ class Notifier:
                         "total_lag": group.total_lag,
                     }
                 )
-        health, before = _health(snapshot), _health(previous)
-        if health != before:
+        health, health_before = _health(snapshot), _health(previous)
+        if health != health_before:
             self._queue(
                 {
                     "kind": "cluster",
                     "cluster": snapshot.name,
                     "time_ms": now,
                     "status": health,
-                    "previous": before,
+                    "previous": health_before,
                     "problems": [p.text for p in problems(snapshot)],
                 }
             )

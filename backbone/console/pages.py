@@ -176,7 +176,7 @@ def browse_query(request: web.Request, topic: TopicState) -> dict[str, Any]:
 async def read_messages(
     request: web.Request, snapshot: ClusterSnapshot, topic: TopicState, q: dict
 ) -> tuple[list, int, str | None]:
-    bootstrap = state(request).config.cluster(snapshot.name).bootstrap_servers
+    bootstrap = state(request).config.bootstrap_servers(snapshot.name)
     try:
         rows, end = await browse.read_page(
             bootstrap, topic.name, q["partition"], q["offset"], q["time_ms"], q["limit"], q["fmt"]
@@ -195,7 +195,7 @@ async def messages_page(request: web.Request) -> web.Response:
         q = browse_query(request, topic)
     except browse.BadQuery as error:
         raise web.HTTPBadRequest(text=str(error)) from None
-    rows, end, error = await read_messages(request, snapshot, topic, q)
+    rows, end, failure = await read_messages(request, snapshot, topic, q)
     first = rows[0].offset if rows else q["offset"] or 0
     return render(
         request,
@@ -205,7 +205,7 @@ async def messages_page(request: web.Request) -> web.Response:
         q=q,
         rows=rows,
         end=end,
-        error=error,
+        error=failure,
         older=max(0, first - q["limit"]),
         newer=rows[-1].offset + 1 if rows else None,
         formats=browse.FORMATS,

@@ -227,7 +227,9 @@ class ClusterSampler:
                     p.oldest_ms = old.oldest_ms
         # A registered broker counts as answering unless the last round found it silent; this round asks.
         silent = {b.id for b in previous.brokers.values() if not b.up}
-        answering = {b.node_id: None if b.node_id in silent else {} for b in cluster.brokers}
+        answering: dict[int, dict | None] = {
+            b.node_id: None if b.node_id in silent else {} for b in cluster.brokers
+        }
         brokers = self._brokers(cluster.brokers, topics, answering, now)
         for broker_id, state in brokers.items():
             if broker_id in previous.brokers:
@@ -263,9 +265,10 @@ class ClusterSampler:
         try:
             found = await self.admin.list_offsets(dict.fromkeys(partitions, spec))
         except KafkaError as error:  # some partitions failed (a leader moving): keep what answered
-            found = getattr(error, "results", None)
-            if found is None:
+            answered = getattr(error, "results", None)
+            if answered is None:
                 raise
+            found = answered
         if timestamps:
             return {tp: o.timestamp for tp, o in found.items() if o.offset >= 0 and o.timestamp >= 0}
         return {tp: o.offset for tp, o in found.items()}

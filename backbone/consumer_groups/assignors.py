@@ -68,7 +68,7 @@ class RebalanceProtocol(IntEnum):
 
 class Assignor(Protocol):
     name: str
-    supported_protocols: tuple[RebalanceProtocol, ...]
+    supported_protocols: ClassVar[tuple[RebalanceProtocol, ...]]
 
     def subscription_user_data(
         self, topics: Collection[str], assigned: Sequence[TopicPartition], generation: int

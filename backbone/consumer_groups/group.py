@@ -249,9 +249,9 @@ class Group(RebalancingGroup):
         # Kafka's rule: only a change of the group's protocol rebalances. A restarted member's subscription
         # bytes differ anyway (they carry its owned partitions and generation); if its topics changed, the
         # client asks to rejoin itself once it sees an assignment that does not match.
-        keeps_protocol = (
-            select_protocol(self.members.values(), self.members[self.leader_id]) == self.protocol_name
-        )
+        # _add made the new member the leader if the group had none, so a leader is always known here.
+        leader = self.members[self.leader_id] if self.leader_id is not None else member
+        keeps_protocol = select_protocol(self.members.values(), leader) == self.protocol_name
         if self.state is GroupState.STABLE and keeps_protocol:
             # Keep the assignment and the generation; nobody else notices.
             error = await self._persist(self.snapshot())

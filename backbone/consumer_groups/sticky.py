@@ -58,11 +58,11 @@ def resolve_claims(
             if topic in topics.get(member, ()) and 0 <= partition < exists.get(topic, 0):
                 claimants.setdefault((topic, partition), []).append((generation, member))
     owned: dict[str, list[TopicPartition]] = {member: [] for member in topics}
-    for partition, by_generation in claimants.items():
+    for tp, by_generation in claimants.items():
         newest = max(generation for generation, _member in by_generation)
         owners = [member for generation, member in by_generation if generation == newest]
         if len(owners) == 1:
-            owned[owners[0]].append(partition)
+            owned[owners[0]].append(tp)
     return owned
 
 

@@ -130,22 +130,25 @@ class AclOps(ConfigOps):
     @translate_errors("write ACLs")
     def add_acls(self, bindings: Iterable[AclBinding]) -> None:
         for binding in bindings:
-            self._update(
-                binding, lambda entries, b=binding: entries if b.entry() in entries else [*entries, b.entry()]
-            )
+            self._update(binding, add=True)
 
     @translate_errors("remove ACLs")
     def remove_acls(self, bindings: Iterable[AclBinding]) -> None:
         for binding in bindings:
-            self._update(binding, lambda entries, b=binding: [e for e in entries if e != b.entry()])
+            self._update(binding, add=False)
 
-    def _update(self, binding: AclBinding, change: Callable[[list[dict]], list[dict]]) -> None:
+    def _update(self, binding: AclBinding, *, add: bool) -> None:
+        """Adds the binding's entry to its resource's node (if not there yet), or removes it."""
+        entry = binding.entry()
         camel = RESOURCE_TYPES[binding.resource_type]
         path = paths.acl_path(camel, binding.name, binding.pattern_type)
         for _ in range(MAX_RACES):
             node = self._get_or_none(path)
             entries = json.loads(node[0])["acls"] if node else []
-            updated = change(entries)
+            if add:
+                updated = entries if entry in entries else [*entries, entry]
+            else:
+                updated = [e for e in entries if e != entry]
             if updated == entries:
                 return
             data = json.dumps({"version": 1, "acls": updated}, separators=(",", ":")).encode()

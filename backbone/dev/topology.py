@@ -379,7 +379,7 @@ def down(
     stopped = 0
     for entry in topology.processes():
         pid = entry.get("pid")
-        if not process_alive(pid, entry["marker"]):
+        if pid is None or not process_alive(pid, entry["marker"]):
             continue
         progress(f"stopping {_describe(entry)} (pid {pid})")
         os.kill(pid, signal.SIGTERM)

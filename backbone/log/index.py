@@ -97,7 +97,7 @@ class SparseIndex:
 
     @reloader.setter
     def reloader(self, method: Callable[[], None]) -> None:
-        self._reloader = weakref.WeakMethod(method)  # type: ignore[arg-type]
+        self._reloader = weakref.WeakMethod(method)
 
     @property
     def loaded(self) -> bool:

@@ -20,6 +20,7 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,7 +191,7 @@ class Mirror(ConsumerRebalanceListener):
         finally:
             await self._close()
 
-    async def _copy(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+    async def _copy(self, polled: Mapping[TopicPartition, Sequence[ConsumerRecord]]) -> None:
         """Send the polled records; they are counted (and committable) once acknowledged (`_settle_done`)."""
         # Before sending anything: a topic whose partitions went back (offset out of range) or grew may
         # have been re-created.
@@ -219,7 +220,7 @@ class Mirror(ConsumerRebalanceListener):
             await self.producer.flush()  # bounds what is unacknowledged; isolation needs each answer now
         self._settle_done()
 
-    def _moved(self, tp: TopicPartition, records: list[ConsumerRecord]) -> bool:
+    def _moved(self, tp: TopicPartition, records: Sequence[ConsumerRecord]) -> bool:
         """The partition is new to its route, or its records start before the mirror's position."""
         route = self._routes.get(tp.topic)
         if route is None:
@@ -247,7 +248,7 @@ class Mirror(ConsumerRebalanceListener):
         await self.producer.flush(timeout)
         self._settle_done()
 
-    async def _send(self, route: _Route, tp: TopicPartition, records: list[ConsumerRecord]) -> _Chunk:
+    async def _send(self, route: _Route, tp: TopicPartition, records: Sequence[ConsumerRecord]) -> _Chunk:
         """Send one partition's records, each with its provenance header added, in order."""
         target_alias = self.config.target_alias
         prefix = provenance.value_prefix(self.config.source_alias, tp.partition)
@@ -269,9 +270,9 @@ class Mirror(ConsumerRebalanceListener):
             if partition is not None:
                 chunk.outcomes = await self.producer.send_many(route.target_topic, partition, rows)
             else:  # partition counts differ: each record goes where its key hashes
-                for end, (key, value, headers, timestamp) in enumerate(rows, 1):
+                for end, (key, value, marked_headers, timestamp) in enumerate(rows, 1):
                     future = await self.producer.send(
-                        route.target_topic, value, key, headers=headers, timestamp_ms=timestamp
+                        route.target_topic, value, key, headers=marked_headers, timestamp_ms=timestamp
                     )
                     chunk.outcomes.append((end, future))
         except (KafkaError, KafkaClientError, ValueError) as error:
@@ -398,10 +399,11 @@ class Mirror(ConsumerRebalanceListener):
         try:
             found = await self.source_admin.describe_topics(topics)
         except (KafkaError, KafkaClientError) as error:
-            if not getattr(error, "results", None):
+            partial = getattr(error, "results", None)  # what a partly failed describe still found
+            if not partial:
                 log.warning("event=mirror_source_check_failed topics=%d error=%r", len(topics), str(error))
                 return recreated
-            found = error.results  # type: ignore[attr-defined]
+            found = partial
         for topic, source in found.items():
             route = self._routes.get(topic)
             if route is None:
@@ -494,8 +496,9 @@ class Mirror(ConsumerRebalanceListener):
             return
         for tp in assigned:
             progress = self._stats.of(tp)
-            if committed.get(tp) is not None:
-                progress.resumed_from = progress.committed = committed[tp].offset
+            position = committed.get(tp)
+            if position is not None:
+                progress.resumed_from = progress.committed = position.offset
             elif tp in starts:
                 progress.resumed_from = starts[tp].offset
 
@@ -568,6 +571,7 @@ class Mirror(ConsumerRebalanceListener):
 
 
 def _plain(record: ConsumerRecord) -> Record:
+    # The mirror's consumer has no deserializer, so its keys and values are bytes or None.
     return (record.offset, record.timestamp, record.key, record.value, record.headers)
 
 

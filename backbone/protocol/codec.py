@@ -50,6 +50,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.serial.errors import SerialError
+from kio.static.protocol import Entity as SchemaEntity
 
 from backbone.protocol.errors import UnsupportedVersionError
 from backbone.protocol.framing import frame_prefix
@@ -74,9 +75,10 @@ __all__ = [
 
 Buffer = bytes | bytearray | memoryview
 Entity = Any  # a kio payload dataclass; kio's own protocol types are not precise enough to help
+EntityType = type[SchemaEntity]  # a kio payload class: its __version__ and __flexible__ are known
 
 
-def _schema(load: Callable[[int, int], type], kind: str, api_key: int, version: int) -> type:
+def _schema(load: Callable[[int, int], EntityType], kind: str, api_key: int, version: int) -> EntityType:
     try:
         return load(api_key, version)
     except (UnknownAPIKey, UnknownEntity) as error:
@@ -84,28 +86,28 @@ def _schema(load: Callable[[int, int], type], kind: str, api_key: int, version: 
 
 
 @cache
-def request_type(api_key: int, version: int) -> type:
+def request_type(api_key: int, version: int) -> EntityType:
     """The kio request class of this API version (raises UnsupportedVersionError if none)."""
     return _schema(load_request_schema, "request", api_key, version)
 
 
 @cache
-def response_type(api_key: int, version: int) -> type:
+def response_type(api_key: int, version: int) -> EntityType:
     """The kio response class of this API version (raises UnsupportedVersionError if none)."""
     return _schema(load_response_schema, "response", api_key, version)
 
 
 @cache
-def _reader(entity_type: type) -> Callable[[Buffer, int], tuple[Any, int]]:
+def _reader(entity_type: EntityType) -> Callable[[Buffer, int], tuple[Any, int]]:
     return entity_reader(entity_type)
 
 
 @cache
-def _writer(entity_type: type) -> Callable[[io.BytesIO, Any], None]:
+def _writer(entity_type: EntityType) -> Callable[[io.BytesIO, Any], None]:
     return entity_writer(entity_type)
 
 
-def _decode(entity_type: type, buf: Buffer, pos: int, *, exact: bool) -> Entity:
+def _decode(entity_type: EntityType, buf: Buffer, pos: int, *, exact: bool) -> Entity:
     # kio's native reader refuses writable buffers; a read-only view costs no copy.
     view = memoryview(buf).cast("B").toreadonly()
     if pos > len(view):
@@ -137,7 +139,8 @@ def decode_response(api_key: int, version: int, buf: Buffer, pos: int = 0) -> En
 def encode(entity: Entity) -> bytes:
     """A kio request or response entity as body bytes (no header, no frame)."""
     out = io.BytesIO()
-    _writer(type(entity))(out, entity)
+    entity_type: EntityType = type(entity)
+    _writer(entity_type)(out, entity)
     return out.getvalue()
 
 
@@ -209,7 +212,7 @@ def _step(field: Field[Any], is_tag: bool) -> _Step:
     raise TypeError(f"field {field.name} has unknown type {kafka_type!r}")
 
 
-def _steps(entity_type: type) -> tuple[list[_Step], dict[int, _Step]]:
+def _steps(entity_type: EntityType) -> tuple[list[_Step], dict[int, _Step]]:
     """Untagged steps in wire order (adjacent fixed-size fields merged) and tag -> step."""
     steps: list[_Step] = []
     tags: dict[int, _Step] = {}
@@ -226,7 +229,7 @@ def _steps(entity_type: type) -> tuple[list[_Step], dict[int, _Step]]:
     return steps, tags
 
 
-def _fixed_size(entity_type: type) -> int | None:
+def _fixed_size(entity_type: EntityType) -> int | None:
     """The size of the untagged fields when all are fixed-size (a leaf struct), else None."""
     steps, _ = _steps(entity_type)
     if all(kind == _FIXED and not is_array for kind, _, is_array in steps):
@@ -261,7 +264,7 @@ class _Source:
             fmt, size = ("INT32", 4) if wide else ("INT16", 2)
             self.add(depth, f"{target} = {fmt}(buf, pos)[0]; pos += {size}")
 
-    def tags(self, depth: int, entity_type: type) -> None:
+    def tags(self, depth: int, entity_type: EntityType) -> None:
         if self.flexible:
             self.add(depth, "if pos < len(buf) and buf[pos] == 0: pos += 1")
             self.add(depth, f"else: pos = walk_tags({self.bind(entity_type)}, buf, pos, edits)")
@@ -321,7 +324,7 @@ def _overrun(name: str) -> None:
 
 
 @cache
-def _walker(entity_type: type) -> _Walker:
+def _walker(entity_type: EntityType) -> _Walker:
     """The generated walker of `entity_type`: checks it from `pos`, returns the end position."""
     steps, _ = _steps(entity_type)
     source = _Source(entity_type.__flexible__)
@@ -333,7 +336,7 @@ def _walker(entity_type: type) -> _Walker:
 
 
 @cache
-def _tag_walker(entity_type: type, tag: int) -> _Walker | None:
+def _tag_walker(entity_type: EntityType, tag: int) -> _Walker | None:
     """A walker for the value of a known tagged field, None if the tag is unknown."""
     step = _steps(entity_type)[1].get(tag)
     if step is None:
@@ -343,7 +346,7 @@ def _tag_walker(entity_type: type, tag: int) -> _Walker | None:
     return source.compile(f"walk_{entity_type.__name__}_tag{tag}")
 
 
-def _walk_tags(entity_type: type, buf: memoryview, pos: int, edits: list[_Edit]) -> int:
+def _walk_tags(entity_type: EntityType, buf: memoryview, pos: int, edits: list[_Edit]) -> int:
     """Check a tagged-field section; record an edit if unknown tags must be cut out."""
     start = pos
     count, pos = read_uvarint(buf, pos)
@@ -372,7 +375,7 @@ def _walk_tags(entity_type: type, buf: memoryview, pos: int, edits: list[_Edit])
 
 
 def _apply(buf: memoryview, start: int, end: int, edits: list[_Edit]) -> bytes:
-    parts = []
+    parts: list[bytes | memoryview] = []
     for edit_start, edit_end, replacement in edits:
         parts += (buf[start:edit_start], replacement)
         start = edit_end
@@ -380,7 +383,7 @@ def _apply(buf: memoryview, start: int, end: int, edits: list[_Edit]) -> bytes:
     return b"".join(parts)
 
 
-def _check_schema(entity_type: type, buf: memoryview, pos: int) -> tuple[memoryview | bytes, int]:
+def _check_schema(entity_type: EntityType, buf: memoryview, pos: int) -> tuple[memoryview | bytes, int]:
     """Walk the message as kio will; return it with unknown tags removed, and where it starts."""
     edits: list[_Edit] = []
     _walker(entity_type)(buf, pos, edits)

@@ -29,7 +29,8 @@ def _fields(entity_type: type) -> tuple[tuple[str, bool, bool, bool], ...]:
 
 
 def check_no_illegal_nulls(entity: Any) -> None:
-    for name, nullable, nested, is_array in _fields(type(entity)):
+    entity_type: type = type(entity)
+    for name, nullable, nested, is_array in _fields(entity_type):
         value = getattr(entity, name)
         if value is None:
             if not nullable:

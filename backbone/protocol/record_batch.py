@@ -15,6 +15,7 @@ The CRC-32C covers everything from `attributes` to the end of the batch.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from typing import NamedTuple
 
@@ -103,7 +104,7 @@ _new_tuple = tuple.__new__
 _unpack_header = HEADER_STRUCT.unpack_from
 
 
-def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+def read_header(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -> BatchHeader:
     """Parse the header at `pos` without any validation (the caller knows 61 bytes are there)."""
     # tuple.__new__ directly: NamedTuple._make costs three times the unpack itself on this hot path.
     return _new_tuple(BatchHeader, _unpack_header(buf, pos))
@@ -117,7 +118,9 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
     return length + LENGTH_FIELD_END
 
 
-def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> BatchHeader:
+def check_batch(
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0, end: int | None = None
+) -> BatchHeader:
     """Validate the batch at `pos` (size, magic, CRC, offset deltas) and return its header.
 
     `end` bounds the bytes the batch may occupy (default: the end of `buf`). Raises CorruptMessageError

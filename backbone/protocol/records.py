@@ -25,7 +25,7 @@ import itertools
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple, overload
+from typing import Final, NamedTuple, overload
 
 from crc32c import crc32c
 
@@ -106,7 +106,12 @@ _NO_HEADER_TUPLE: tuple[Header, ...] = ()
 # NamedTuple costs 15-20% of the decoder's throughput, and the garbage collector stops tracking plain
 # tuples of immutable values, never NamedTuples. Unpack it, or index it with the constants below.
 Record = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
-OFFSET, TIMESTAMP, KEY, VALUE, HEADERS = range(5)
+# Final, so a type checker reads `record[KEY]` as the key's type rather than any field's.
+OFFSET: Final = 0
+TIMESTAMP: Final = 1
+KEY: Final = 2
+VALUE: Final = 3
+HEADERS: Final = 4
 
 
 class ControlType:

@@ -177,7 +177,9 @@ class RegistryApp:
         if flag(request, "permanent"):
             if any(not v.deleted for v in every.values()):
                 raise errors.subject_not_soft_deleted(subject)
-            records = [(self._key(subject, n), None) for n in every]
+            records: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
+                (self._key(subject, n), None) for n in every
+            ]
         else:
             live = {n: v for n, v in every.items() if not v.deleted}
             if not live:

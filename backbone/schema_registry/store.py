@@ -181,7 +181,9 @@ class SchemaLog:
         }
         await self.append([({"keytype": "LEASE"}, claim)])
         lease = self.state.lease
-        if lease is None or lease.instance != self.instance:
+        if lease is None:  # append() applied our claim, and a claim always replaces an empty lease
+            raise RuntimeError(f"the lease claim in {self.topic} was written but not applied")
+        if lease.instance != self.instance:
             raise NotLeader(lease)  # another instance's claim came first
         if lease.claimed_at_ms == now:
             log.info("event=schemas_lease_claimed instance=%s url=%s", self.instance, self.url)

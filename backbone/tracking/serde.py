@@ -108,6 +108,8 @@ class AvroDecoder:
     def decode(self, value: bytes | None) -> tuple[int, dict[str, Any]]:
         """(schema id, record); UndecodableError for anything that does not decode."""
         schema_id = schema_id_of(value)
+        if value is None:  # schema_id_of refused it already; this tells the type checker
+            raise UndecodableError("not Confluent-framed Avro (no value)")
         writer = self.registry.schema(schema_id)
         stream = io.BytesIO(value)
         stream.seek(_PREFIX.size)
@@ -117,4 +119,6 @@ class AvroDecoder:
             raise UndecodableError(f"schema {schema_id}: the value does not decode: {error!r}") from None
         if stream.tell() != len(value):  # a shorter record read from longer bytes: not what was written
             raise UndecodableError(f"schema {schema_id}: {len(value) - stream.tell()} bytes left over")
+        if not isinstance(record, dict):
+            raise UndecodableError(f"schema {schema_id}: not a record schema ({type(record).__name__} read)")
         return schema_id, record

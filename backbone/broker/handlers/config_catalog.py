@@ -299,8 +299,8 @@ def _topic_default(broker: Broker, name: str) -> tuple[str, str | None, ConfigSo
         source = ConfigSource.STATIC_BROKER_CONFIG if value != built_in else ConfigSource.DEFAULT_CONFIG
         return broker_name, value, source
     if name in _BROKER_OVERRIDES:
-        value, source = _broker_value(broker, name)
-        return name, value, source
+        setting, source = _broker_value(broker, name)
+        return name, setting, source
     prop, broker_name = _STORED_ONLY[name]
     return broker_name, render(prop.default), ConfigSource.DEFAULT_CONFIG
 

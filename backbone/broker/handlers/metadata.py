@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def register(broker: Broker) -> None:
-    answers: dict[tuple[int, str, tuple[str, ...] | None], bytes] = {}
+    # (version, listener, topic names asked for or None, authorized operations asked for) -> the body.
+    answers: dict[tuple[int, str, tuple[str, ...] | None, tuple[int, int]], bytes] = {}
     seen_generation = -1
 
     async def handle(context: RequestContext) -> list[bytes]:
@@ -181,6 +182,7 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: in
         state = cache.states.get((name, index))
         # Offline: not registered, or still registered but found dead by the liveness probes.
         offline = tuple(r for r in replicas if r not in cache.brokers or r in broker.liveness.unreachable)
+        isr: tuple[int, ...]
         if state is None or state.leader < 0 or state.leader not in cache.brokers:
             error, leader, epoch, isr = ErrorCode.leader_not_available, -1, -1, ()
             if state is not None:

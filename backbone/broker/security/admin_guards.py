@@ -87,9 +87,9 @@ def _refusal(api_key: ApiKey, version: int, request: Any) -> Any:
         ]
         return build_response(api_key, version, topics=topics)
     if api_key == ApiKey.LIST_OFFSETS:
-        rows = {"timestamp": -1, "offset": -1, "leader_epoch": -1, **code}
+        refused = {"timestamp": -1, "offset": -1, "leader_epoch": -1, **code}
         topics = [
-            {"name": t.name, "partitions": _partitions(t.partitions, "partition_index", **rows)}
+            {"name": t.name, "partitions": _partitions(t.partitions, "partition_index", **refused)}
             for t in request.topics
         ]
         return build_response(api_key, version, topics=topics)

@@ -23,7 +23,7 @@ class ScramError(Exception):
 
 
 def _attributes(message: str) -> dict[str, str]:
-    values = {}
+    values: dict[str, str] = {}
     for part in message.split(","):
         key, sep, value = part.partition("=")
         if not sep or len(key) != 1:
