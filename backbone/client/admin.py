@@ -387,7 +387,9 @@ class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
             except UnsupportedVersionError:
                 metadata = await self.cluster.fetch_metadata([])
                 return ClusterDescription(
-                    metadata.cluster_id, metadata.controller_id, sorted(metadata.brokers.values())
+                    metadata.cluster_id,
+                    metadata.controller_id,
+                    sorted(metadata.brokers.values(), key=lambda b: b.node_id),
                 )
             response = await conn.request(
                 ApiKey.DESCRIBE_CLUSTER,
@@ -474,7 +476,7 @@ class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
 
     async def list_offsets(
         self,
-        specs: Mapping[TopicPartition, OffsetSpec | int | str],
+        specs: Mapping[TopicPartition, int | str],  # OffsetSpec's constants are ints
         *,
         read_committed: bool = False,
         timeout_ms: int | None = None,

@@ -21,7 +21,7 @@ from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
 from backbone.client.group_requests import PROTOCOL_TYPE, find_coordinator, offset_commit, offset_fetch
 from backbone.client.messages import group_by_topic
 from backbone.client.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
-from backbone.client.structs import OffsetAndMetadata, TopicPartition
+from backbone.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from backbone.consumer_groups.consumer_protocol import decode_assignment
 from backbone.consumer_groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.protocol.api import ApiKey
@@ -310,7 +310,7 @@ class GroupAdminMixin(AdminHost):
             committed = {**committed, **{tp: OffsetAndMetadata(starts[tp].offset, "") for tp in starts}}
         log_end = await self._log_end_offsets(committed, timeout_ms)
         records = {
-            tp: None if log_end[tp] is None else log_end[tp] - committed[tp].offset for tp in committed
+            tp: None if (end := log_end[tp]) is None else end - committed[tp].offset for tp in committed
         }
         lagging = [tp for tp, behind in records.items() if behind is not None and behind > 0]
         newest: dict[TopicPartition, Any] = {}
@@ -345,14 +345,15 @@ class GroupAdminMixin(AdminHost):
         topics = {tp.topic for tp in wanted}
         metadata = await self._retrying(lambda: self.cluster.fetch_metadata(topics), "metadata", timeout_ms)
         led = [tp for tp in wanted if metadata.leader_for(tp) >= 0]
-        found = {}
+        found: dict[TopicPartition, OffsetAndTimestamp] = {}
         if led:
             try:
                 found = await self.list_offsets(dict.fromkeys(led, "latest"), timeout_ms=timeout_ms)
             except KafkaError as error:
-                found = getattr(error, "results", None)
-                if found is None:  # not a per-partition failure: nothing was learnt
+                answered = getattr(error, "results", None)
+                if answered is None:  # not a per-partition failure: nothing was learnt
                     raise
+                found = answered
         return {tp: found[tp].offset if tp in found else None for tp in wanted}
 
 

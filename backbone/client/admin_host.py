@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from backbone.client.admin_types import OffsetSpec
     from backbone.client.cluster import ClusterClient
     from backbone.client.structs import OffsetAndTimestamp, TopicPartition
 
@@ -30,7 +29,7 @@ class AdminHost:
 
         async def list_offsets(
             self,
-            specs: Mapping[TopicPartition, OffsetSpec | int | str],
+            specs: Mapping[TopicPartition, int | str],
             *,
             read_committed: bool = False,
             timeout_ms: int | None = None,

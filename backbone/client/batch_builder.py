@@ -80,11 +80,11 @@ class CappedBatchBuilder:
 
 def as_list(headers: Sequence[Header]) -> list[Header]:
     """Headers as the builders take them (aiokafka's requires a list)."""
-    return headers if headers.__class__ is list else list(headers)  # type: ignore[return-value]
+    return headers if headers.__class__ is list else list(headers)
 
 
 def new_batch_builder(codec: Codec, compression_level: int | None, max_bytes: int) -> BatchBuilder:
     """A builder for a batch of at most `max_bytes` (uncompressed; any size for its first record)."""
     if codec is Codec.NONE and COMPILED_ENCODER:
-        return _AiokafkaBuilder(MAGIC, 0, 0, NO_PRODUCER_ID, -1, NO_SEQUENCE, max_bytes)  # type: ignore[misc]
+        return _AiokafkaBuilder(MAGIC, 0, 0, NO_PRODUCER_ID, -1, NO_SEQUENCE, max_bytes)
     return CappedBatchBuilder(codec, compression_level, max_bytes)

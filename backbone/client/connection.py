@@ -40,7 +40,7 @@ __all__ = ["BrokerConnection", "Response"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Body = bytes | Sequence[bytes]
+Body = bytes | Sequence[bytes | bytearray]  # one buffer, or chunks written in order (no join)
 Encoder = Callable[[int], Body]
 Decoder = Callable[[int, memoryview, int], T]
 

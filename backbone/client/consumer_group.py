@@ -381,6 +381,7 @@ class ConsumerGroup:
     async def _look_up_committed(self) -> None:
         while self._to_look_up:
             batch, self._to_look_up = sorted(self._to_look_up), set()
+            failure: KafkaClientError | KafkaError | None
             try:
                 found = await self.committed(batch, self.config["default.api.timeout.ms"] / 1000)
             except (KafkaClientError, KafkaError) as error:
@@ -421,7 +422,7 @@ class ConsumerGroup:
         await self.commit(changed, timeout_s)
 
     async def commit(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None, timeout_s: float
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None, timeout_s: float
     ) -> None:
         """Commit `offsets` (None: the consumed positions of every assigned partition)."""
         chosen = self._chosen(offsets)
@@ -438,14 +439,16 @@ class ConsumerGroup:
             self._last_committed[tp] = meta.offset
 
     def _chosen(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:
             return self.positions()
         return {TopicPartition(*tp): _as_offset(meta) for tp, meta in offsets.items()}
 
     def commit_async(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None, callback: CommitCallback | None
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None,
+        callback: CommitCallback | None,
     ) -> asyncio.Task[None]:
         """Commit in the background; `callback(offsets, error_or_None)` is called when it is done."""
         chosen = self._chosen(offsets)

@@ -238,7 +238,8 @@ class Fetcher:
     # -- offsets lookups --------------------------------------------------------------------------
 
     async def _reset(self, node_id: int, parts: list[tuple[TopicPartition, PartitionState]]) -> None:
-        wanted = {tp: (state.generation, state.reset_to) for tp, state in parts}
+        # (generation, reset target); the caller passes only partitions with a target
+        wanted = {tp: (state.generation, state.reset_to) for tp, state in parts if state.reset_to is not None}
         try:
             found = await self.list_offsets(node_id, {tp: target for tp, (_, target) in wanted.items()})
         except (KafkaClientError, KafkaError) as error:
@@ -252,7 +253,7 @@ class Fetcher:
                 state.reset_to = LATEST
                 continue
             target = wanted[tp][1]
-            state.skip_before_timestamp = target if target is not None and target >= 0 else None
+            state.skip_before_timestamp = target if target >= 0 else None
             state.position = state.fetch_position = offset
             state.reset_to = None
             log.debug("position reset partition=%s offset=%d", tp, offset)

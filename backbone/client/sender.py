@@ -337,7 +337,7 @@ class Sender:
 
     async def _produce_once(self, node_id: int, batches: list[ProducerBatch]) -> None:
         by_tp = {batch.tp: batch for batch in batches}
-        topics: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        topics: dict[str, list[tuple[int, bytes | bytearray]]] = defaultdict(list)
         for batch in batches:
             topics[batch.tp.topic].append((batch.tp.partition, batch.build()))
         payload = list(topics.items())
@@ -360,9 +360,9 @@ class Sender:
                 self._settle_error(batch, error, -1)
             return
         for result in results:
-            batch = by_tp.pop(TopicPartition(result.topic, result.partition), None)
-            if batch is not None:
-                self._settle(batch, result)
+            answered = by_tp.pop(TopicPartition(result.topic, result.partition), None)
+            if answered is not None:
+                self._settle(answered, result)
         for batch in by_tp.values():
             unanswered = KafkaConnectionError(f"broker {node_id} left {batch.tp} unanswered")
             self._settle_error(batch, unanswered, -1)
@@ -370,7 +370,7 @@ class Sender:
     async def _send_without_answer(
         self,
         conn: BrokerConnection,
-        payload: list[tuple[str, list[tuple[int, bytes]]]],
+        payload: list[tuple[str, list[tuple[int, bytes | bytearray]]]],
         batches: list[ProducerBatch],
     ) -> None:
         version = conn.version(ApiKey.PRODUCE)

@@ -98,10 +98,10 @@ class RecordList(Sequence[ConsumerRecord]):
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self._chunks: list[tuple[TimestampType | None, list[Any]]] = []
+        self._chunks: list[tuple[TimestampType | None, Sequence[Any]]] = []
         self._length = 0
 
-    def add(self, kind: TimestampType | None, items: list[Any]) -> None:
+    def add(self, kind: TimestampType | None, items: Sequence[Any]) -> None:
         """Append plain Record tuples of one timestamp type, or finished ConsumerRecords (kind None)."""
         if items:
             self._chunks.append((kind, items))
@@ -109,9 +109,9 @@ class RecordList(Sequence[ConsumerRecord]):
 
     def _make(self, kind: TimestampType | None, item: Any) -> ConsumerRecord:
         if kind is None:
-            return item  # type: ignore[no-any-return]
+            return item
         offset, timestamp, key, value, headers = item
-        return _new_tuple(  # type: ignore[no-any-return]
+        return _new_tuple(
             ConsumerRecord, (self.topic, self.partition, offset, timestamp, kind, key, value, headers)
         )
 

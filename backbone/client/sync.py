@@ -158,8 +158,11 @@ class Producer(_Facade):
         super().__init__(lambda: AsyncProducer(config, **kwargs), "backbone-producer")
         if not self._core._serializing:
             # `send` without a Python frame of its own: the core's hot path with this face's future type
-            # and wait handler bound in by functools.partial (a C call). It behaves as the method below.
-            self.send = functools.partial(self._core._enqueue, RecordFuture, self._wait_then_enqueue)
+            # and wait handler bound in by functools.partial (a C call). It behaves as the method below, which
+            # is why it may shadow it.
+            self.send = functools.partial(  # type: ignore[method-assign]
+                self._core._enqueue, RecordFuture, self._wait_then_enqueue
+            )
 
     def send(
         self,

@@ -65,13 +65,13 @@ def encode_produce_request(
     version: int,
     acks: int,
     timeout_ms: int,
-    topics: Sequence[tuple[str, Sequence[tuple[int, bytes]]]],
+    topics: Sequence[tuple[str, Sequence[tuple[int, bytes | bytearray]]]],
     transactional_id: str | None = None,
-) -> list[bytes]:
+) -> list[bytes | bytearray]:
     """The Produce request body as chunks; `topics` = [(name, [(partition, record batch bytes)])]."""
     _check_version(version, PRODUCE_VERSIONS, "Produce request")
     flexible = version >= _PRODUCE_FIRST_FLEXIBLE
-    chunks: list[bytes] = []
+    chunks: list[bytes | bytearray] = []
     out = bytearray(_string(flexible, transactional_id))
     out += _I16_I32.pack(acks, timeout_ms)
     out += _length(flexible, len(topics), _I32)

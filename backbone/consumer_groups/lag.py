@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = ["MemberInfo", "PartitionLag", "group_lag", "partition_lag", "total_lag"]
 
 Partition = tuple[str, int]
+P = TypeVar("P", bound=Partition)  # a plain pair, or a pair type such as the client's TopicPartition
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,22 +58,21 @@ def partition_lag(committed_offset: int | None, log_end_offset: int | None) -> i
 
 def group_lag(
     group_id: str,
-    committed: Mapping[Partition, int | None],
-    log_end: Mapping[Partition, int | None],
-    owners: Mapping[Partition, MemberInfo] | None = None,
+    committed: Mapping[P, int | None],
+    log_end: Mapping[P, int | None],
+    owners: Mapping[P, MemberInfo] | None = None,
 ) -> list[PartitionLag]:
     """A row for every partition the group committed an offset for or has assigned to a member.
 
     Rows are sorted by topic and partition. `committed` may hold None (or -1) for "no offset committed";
     partitions missing from `log_end` get an unknown log end offset.
     """
-    owners = owners or {}
-    partitions = sorted({(str(t), int(p)) for t, p in (*committed, *owners)})
+    offsets, ends, owned = _by_pair(committed), _by_pair(log_end), _by_pair(owners or {})
     rows = []
-    for topic, partition in partitions:
-        offset = committed.get((topic, partition))
+    for topic, partition in sorted({*offsets, *owned}):
+        offset = offsets.get((topic, partition))
         offset = None if offset is None or offset < 0 else offset
-        end = log_end.get((topic, partition))
+        end = ends.get((topic, partition))
         rows.append(
             PartitionLag(
                 group_id,
@@ -79,10 +81,15 @@ def group_lag(
                 offset,
                 end,
                 partition_lag(offset, end),
-                owners.get((topic, partition)),
+                owned.get((topic, partition)),
             )
         )
     return rows
+
+
+def _by_pair(values: Mapping[P, V]) -> dict[Partition, V]:
+    """The mapping keyed by plain (topic, partition) pairs."""
+    return {(str(topic), int(partition)): value for (topic, partition), value in values.items()}
 
 
 def total_lag(rows: Iterable[PartitionLag]) -> int:

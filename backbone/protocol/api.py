@@ -162,7 +162,7 @@ class VersionRange:
 
 
 _R = VersionRange
-SUPPORTED_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
+SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
     {
         ApiKey.PRODUCE: _R(3, 9),
         ApiKey.FETCH: _R(4, 12),
