@@ -346,7 +346,7 @@ class Mirror(ConsumerRebalanceListener):
         self.consumer.pause(tp)
         log.error(
             "event=mirror_partition_stopped partition=%s-%d offset=%d reason=%r "
-            "(fix the cause and restart the mirror: it resumes from offset %d)",
+            "action='fix the cause and restart the mirror: it resumes from offset %d'",
             tp.topic,
             tp.partition,
             offset,

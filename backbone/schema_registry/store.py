@@ -229,7 +229,7 @@ class SchemaLog:
             failure = errors.store_timeout(f"writing to {self.topic} took over {self.timeout_s} s")
         except (KafkaError, KafkaClientError, OSError) as error:
             failure = errors.store_error(str(error))
-        log.error("event=schemas_write_failed error=%r (reloading the state from the topic)", failure.message)
+        log.error("event=schemas_write_failed error=%r then=reload_state_from_topic", failure.message)
         await self._reload()
         raise failure
 
