@@ -74,7 +74,7 @@ def run_callback(callback: Callable[..., Any], *args: Any) -> None:
     try:
         callback(*args)
     except Exception:
-        log.exception("producer callback raised callback=%r", callback)
+        log.exception("event=producer_callback_raised callback=%r", callback)
 
 
 # -- completions: what record futures read ------------------------------------------------------------

@@ -242,7 +242,7 @@ class AuditPublisher:
         await self.producer.close(timeout)
         if not delivered:
             log.error(
-                "event=audit_counts_lost tier=%s messages=%d (the audit topic %s was not reachable)",
+                "event=audit_counts_lost tier=%s messages=%d reason='the audit topic %s was not reachable'",
                 self.counter.tier,
                 len(self._unacknowledged),
                 self.topic,

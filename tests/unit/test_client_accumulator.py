@@ -195,7 +195,7 @@ def test_a_callback_that_raises_is_logged_not_propagated(caplog: pytest.LogCaptu
     future.add_callback(lambda md: 1 / 0)
     batch.complete(1, -1, None)
     assert future.succeeded()
-    assert "producer callback raised" in caplog.text
+    assert "event=producer_callback_raised" in caplog.text
 
 
 # -- buffer memory ----------------------------------------------------------------------------------

@@ -12,10 +12,10 @@ import pytest
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).parents[2] / "backbone"
-# Every room but the client, whose lines are still prose.
 ROOMS = [
     "broker",
     "cli",
+    "client",
     "console",
     "consumer_groups",
     "coordination",
