@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from backbone.broker.metadata import MetadataListener
+from backbone.broker.metadata_cache import MetadataListener
 from backbone.consumer_groups.coordinator import CoordinatorSettings, GroupCoordinator
 from backbone.consumer_groups.group_types import GroupConfig
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC

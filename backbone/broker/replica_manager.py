@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from backbone.broker.metadata import MetadataCache, MetadataListener, TopicPartition
+from backbone.broker.metadata_cache import MetadataCache, MetadataListener, TopicPartition
 from backbone.broker.partition import Partition
 from backbone.broker.replica_fetcher import FetcherSettings, ReplicaFetchers
 from backbone.coordination import CoordinationError, PartitionState, VersionConflictError
