@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backbone.broker.producer_state import ProducerStateManager
 from backbone.log import Log
 from backbone.log.append import AppendInfo, check_batches, validate_producer_records
+from backbone.log.producer_state import ProducerStateManager
 from backbone.protocol.errors import (
     InvalidRecordError,
     NotEnoughReplicasAfterAppendError,
