@@ -20,7 +20,7 @@ from backbone.broker.metadata_cache import MetadataListener
 from backbone.consumer_groups.coordinator import CoordinatorSettings, GroupCoordinator
 from backbone.consumer_groups.group_types import GroupConfig
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
-from backbone.protocol.errors import KafkaError, NotEnoughReplicasError, TopicAlreadyExistsError
+from backbone.protocol.errors import KafkaError, TopicAlreadyExistsError
 from backbone.protocol.records import DecodedBatch, decode_batches
 
 if TYPE_CHECKING:
@@ -100,12 +100,7 @@ class GroupCoordination(MetadataListener):
     async def append(self, partition: int, records: bytes) -> int:
         broker = self.broker
         hosted = broker.replicas.leader_partition(OFFSETS_TOPIC, partition)
-        required = int(broker.replicas.topic_config(OFFSETS_TOPIC, "min.insync.replicas", broker.config))
-        if len(hosted.isr) < required:
-            raise NotEnoughReplicasError(
-                f"{OFFSETS_TOPIC}-{partition} has {len(hosted.isr)} in-sync replicas, "
-                f"min.insync.replicas={required}"
-            )
+        required = broker.replicas.check_min_insync(hosted, broker.config)
         result = hosted.append_as_leader(memoryview(records))
         await hosted.wait_committed(result.base_offset, broker.config["offsets.commit.timeout.ms"], required)
         return result.base_offset
