@@ -96,7 +96,15 @@ class Broker(MetadataListener):
         self.controller = Controller(
             self.broker_id, self.cache, self.store, self.zk, config, lambda: self.liveness.unreachable
         )
-        self.group_coordination = GroupCoordination(self)
+        self.group_coordination = GroupCoordination(
+            self.broker_id,
+            config,
+            self.cache,
+            self.store,
+            self.zk,
+            self.replicas,
+            lambda: self.liveness.unreachable,
+        )
         # Handlers reach the group coordinator here (membership, offsets).
         self.group_coordinator = self.group_coordination.coordinator
         self.liveness = Liveness(

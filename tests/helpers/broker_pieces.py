@@ -3,9 +3,12 @@ over a log directory, the metadata cache it reads, the broker's configuration an
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from backbone.broker.config import BrokerConfig
 from backbone.broker.metadata_cache import MetadataCache
@@ -72,3 +75,16 @@ def broker_pieces(tmp_path: Path, **properties: Any) -> BrokerPieces:
     logs.startup()
     replicas = ReplicaManager(BROKER_ID, logs, cache, producer_expiration_ms=3_600_000)
     return BrokerPieces(config, cache, logs, replicas, Authorizer.from_config(config.values))
+
+
+def pieces_fixture(**properties: Any) -> Callable[..., Any]:
+    """A fixture giving a test its BrokerPieces (with these broker properties), closed after the test.
+    Assign it in the test module: `pieces = pieces_fixture()`."""
+
+    @pytest.fixture
+    async def pieces(tmp_path: Path) -> AsyncIterator[BrokerPieces]:
+        made = broker_pieces(tmp_path, **properties)
+        yield made
+        await made.close()
+
+    return pieces

@@ -5,7 +5,6 @@ long-polls wake on an append, and stale leader epochs are fenced."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -14,7 +13,7 @@ from kio.schema.fetch.v11 import request as fetch
 from backbone.broker.handlers.fetch import fetch_handler
 from backbone.protocol.records import decode_batches
 from tests.helpers.batches import build_batch
-from tests.helpers.broker_pieces import BrokerPieces, broker_pieces
+from tests.helpers.broker_pieces import BrokerPieces, pieces_fixture
 from tests.helpers.handler_context import decoded_answer, handler_context
 from tests.helpers.requests import millis
 
@@ -24,11 +23,7 @@ CONSUMER = -1
 FOLLOWER = 2
 
 
-@pytest.fixture
-async def pieces(tmp_path: Path):
-    pieces = broker_pieces(tmp_path)
-    yield pieces
-    await pieces.close()
+pieces = pieces_fixture()
 
 
 def fetch_request(

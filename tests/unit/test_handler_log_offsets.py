@@ -3,8 +3,6 @@ directory (no broker, no network): ListOffsets, OffsetForLeaderEpoch and DeleteR
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from kio.schema.delete_records.v2 import request as delete_records
 from kio.schema.errors import ErrorCode
@@ -15,7 +13,7 @@ from backbone.broker.handlers.delete_records import HIGH_WATERMARK, delete_recor
 from backbone.broker.handlers.list_offsets import EARLIEST, LATEST, list_offsets_handler
 from backbone.broker.handlers.offset_for_leader_epoch import offset_for_leader_epoch_handler
 from tests.helpers.batches import build_batch
-from tests.helpers.broker_pieces import BrokerPieces, broker_pieces
+from tests.helpers.broker_pieces import BrokerPieces, pieces_fixture
 from tests.helpers.handler_context import handler_context
 from tests.helpers.requests import latest_offset_request, millis
 
@@ -24,11 +22,7 @@ pytestmark = pytest.mark.unit
 FOLLOWER = 2
 
 
-@pytest.fixture
-async def pieces(tmp_path: Path):
-    pieces = broker_pieces(tmp_path)
-    yield pieces
-    await pieces.close()
+pieces = pieces_fixture()
 
 
 async def list_offset(pieces: BrokerPieces, timestamp: int, replica_id: int = -1):

@@ -3,26 +3,20 @@ appends, what it refuses, and that min.insync.replicas refuses before anything i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.produce import produce_handler
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from tests.helpers.batches import build_batch
-from tests.helpers.broker_pieces import BrokerPieces, broker_pieces
+from tests.helpers.broker_pieces import BrokerPieces, pieces_fixture
 from tests.helpers.handler_context import decoded_answer, handler_context
 from tests.helpers.requests import produce_request
 
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-async def pieces(tmp_path: Path):
-    pieces = broker_pieces(tmp_path)
-    yield pieces
-    await pieces.close()
+pieces = pieces_fixture()
 
 
 async def produce(pieces: BrokerPieces, topic: str, partition: int, records: bytes, acks: int):
