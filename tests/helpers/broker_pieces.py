@@ -3,6 +3,7 @@ over a log directory, the metadata cache it reads, the broker's configuration an
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,12 @@ from typing import Any
 import pytest
 
 from backbone.broker.config import BrokerConfig
+from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.metadata_cache import MetadataCache
 from backbone.broker.partition import Partition
 from backbone.broker.replica_manager import ReplicaManager
 from backbone.broker.security.authorizer import Authorizer
-from backbone.coordination import BrokerRegistration, EndPoint, PartitionState, TopicAssignment
+from backbone.coordination import BrokerRegistration, ClusterStore, EndPoint, PartitionState, TopicAssignment
 from backbone.log.manager import LogManager
 
 BROKER_ID = 1
@@ -88,3 +90,18 @@ def pieces_fixture(**properties: Any) -> Callable[..., Any]:
         await made.close()
 
     return pieces
+
+
+def group_coordination(pieces: BrokerPieces, unreachable: set[int] | None = None) -> GroupCoordination:
+    """The broker's group coordination over these pieces. Its cluster store is never started: the tests
+    that use it lead the offsets topic already, so nothing asks ZooKeeper. `unreachable` stands for the
+    liveness probes' verdict (empty: every broker answers)."""
+    store = ClusterStore(pieces.config["zookeeper.connect"])
+    verdict = set() if unreachable is None else unreachable
+
+    async def zk(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(function, *args, **kwargs)
+
+    return GroupCoordination(
+        BROKER_ID, pieces.config, pieces.cache, store, zk, pieces.replicas, lambda: verdict
+    )

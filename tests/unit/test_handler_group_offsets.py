@@ -17,8 +17,7 @@ from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers.offset_commit import offset_commit_handler
 from backbone.broker.handlers.offset_fetch import offset_fetch_handler
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
-from backbone.coordination import ClusterStore
-from tests.helpers.broker_pieces import BROKER_ID, BrokerPieces, pieces_fixture
+from tests.helpers.broker_pieces import BROKER_ID, BrokerPieces, group_coordination, pieces_fixture
 from tests.helpers.handler_context import handler_context
 
 pytestmark = pytest.mark.unit
@@ -32,14 +31,7 @@ pieces = pieces_fixture(**{"offsets.topic.num.partitions": 1})
 
 @pytest.fixture
 async def coordination(pieces: BrokerPieces):
-    store = ClusterStore(pieces.config["zookeeper.connect"])  # never started: nothing here asks ZooKeeper
-
-    async def zk(function, *args, **kwargs):
-        return await asyncio.to_thread(function, *args, **kwargs)
-
-    coordination = GroupCoordination(
-        BROKER_ID, pieces.config, pieces.cache, store, zk, pieces.replicas, lambda: set()
-    )
+    coordination = group_coordination(pieces)
     yield coordination
     await coordination.stop()
 
