@@ -443,6 +443,12 @@ class Mirror(ConsumerRebalanceListener):
         ran) resumes from the new topic's start."""
         self.consumer.pause(*assigned)  # nothing is read from the committed offsets before they are judged
         try:
+            await self._judge_resume_points(assigned)
+        finally:
+            self.consumer.resume(*(assigned & self.consumer.assignment()))
+
+    async def _judge_resume_points(self, assigned: set[TopicPartition]) -> None:
+        try:
             committed = await self.consumer.committed(assigned)
             for topic, source in (await self._describe_sources({tp.topic for tp in assigned})).items():
                 self._topic_ids[topic] = source.topic_id
@@ -451,13 +457,12 @@ class Mirror(ConsumerRebalanceListener):
             starts = await self.source_admin.list_offsets(fresh) if fresh else {}
         except (KafkaError, KafkaClientError) as error:  # lag stays unknown until the first acknowledgement
             log.warning("event=mirror_resume_points_unknown error=%r", str(error))
-            self.consumer.resume(*assigned)
             return
         for topic in sorted({tp.topic for tp in recreated}):
             commits = [c for tp, c in recreated.items() if tp.topic == topic]
             old_ids = ",".join(sorted({copied_topic_id(c.metadata) or "" for c in commits}))
             _log_recreated(topic, old_ids, self._topic_ids[topic], len(commits))
-        for tp in assigned:
+        for tp in assigned & self.consumer.assignment():
             progress = self._stats.of(tp)
             if committed.get(tp) is not None:
                 progress.resumed_from = progress.committed = committed[tp].offset
@@ -466,7 +471,6 @@ class Mirror(ConsumerRebalanceListener):
             if tp in recreated and tp in starts:  # committed at once: the old topic's offset is gone for good
                 progress.acknowledged = starts[tp].offset
                 self.consumer.seek(tp, starts[tp].offset)
-        self.consumer.resume(*assigned)
 
     def _copied_another(self, tp: TopicPartition, committed: OffsetAndMetadata | None) -> bool:
         """The commit was made copying another topic of the same name (one since deleted)."""
