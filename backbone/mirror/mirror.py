@@ -105,6 +105,7 @@ class Mirror(ConsumerRebalanceListener):
         self._retrying = False  # a partition was rewound this cycle: back off before reading it again
         self.audit = _audit_publisher(config) if config.audit_bootstrap else None
         self._last_audit = time.monotonic()
+        self._audit_publishing: asyncio.Task[bool] | None = None
         self._last_source_check = time.monotonic()
 
     # -- the cycle ---------------------------------------------------------------------------------
@@ -140,10 +141,16 @@ class Mirror(ConsumerRebalanceListener):
                     await self._commit(None)
                 if self.audit and time.monotonic() - self._last_audit >= self.config.audit_interval_ms / 1000:
                     self._last_audit = time.monotonic()
-                    await self.audit.publish()
+                    self._publish_audit(self.audit)
                 self._report_progress()
         finally:
             await self._close()
+
+    def _publish_audit(self, audit: AuditPublisher) -> None:
+        """Publish the audit counts in the background, one publish at a time: a publish waits up to 30 s for
+        an audit cluster in trouble, and copying must not wait with it (it is idle otherwise)."""
+        if self._audit_publishing is None or self._audit_publishing.done():
+            self._audit_publishing = asyncio.ensure_future(audit.publish())
 
     async def _copy(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Send the polled records; they are counted (and committable) once acknowledged (`_settle_done`)."""
@@ -535,7 +542,11 @@ class Mirror(ConsumerRebalanceListener):
         with contextlib.suppress(KafkaError, KafkaClientError):
             await self._commit(None)
         if self.audit is not None:
-            await self.audit.close()
+            if self._audit_publishing is not None:  # its counts stay unacknowledged: close publishes them
+                self._audit_publishing.cancel()
+                await asyncio.gather(self._audit_publishing, return_exceptions=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.audit.close(_CLOSE_STEP_S), 3 * _CLOSE_STEP_S)
         for closing in (
             self.consumer.close(_CLOSE_STEP_S),
             self.producer.close(_CLOSE_STEP_S),
