@@ -11,12 +11,11 @@ from aiohttp import web
 from backbone.console.app import state
 from backbone.console.pages import (
     CONFIG_SOURCES,
-    _group_history,
     _mirrors,
     audit_grid,
     browse_query,
+    group_history,
     group_of,
-    history_range,
     read_messages,
     retention_outlook,
     topic_of,
@@ -137,6 +136,7 @@ async def topic(request: web.Request) -> web.Response:
                     "replicas": list(p.replicas),
                     "isr": list(p.isr),
                     "out_of_sync": list(p.out_of_sync),
+                    "on_down_brokers": list(p.down),
                     "preferred_leader": p.preferred_leader,
                     "leader_is_preferred": p.leader_is_preferred,
                     "start_offset": p.start_offset,
@@ -193,8 +193,7 @@ async def group(request: web.Request) -> web.Response:
     console = state(request)
     s = console.snapshot(request.match_info["cluster"])
     g = group_of(s, request.match_info["group"])
-    chosen, since = history_range(request)
-    totals, per_partition = await asyncio.to_thread(_group_history, console, g, s.name, since)
+    chosen, totals, per_partition = await group_history(request, s, g)
     return web.json_response(
         {
             **_group_summary(g),

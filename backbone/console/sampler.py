@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import logging
 import time
@@ -39,6 +40,10 @@ from backbone.console.snapshot import (
 log = logging.getLogger(__name__)
 
 AUDIT_WINDOW_MS = 6 * 3_600_000
+# A broker whose log directories are not described within this long is asked whether it still accepts
+# connections: a killed broker's port refuses them at once, while a busy one still accepts (and is only slow).
+PROBE_AFTER_S = 0.25
+PROBE_TIMEOUT_S = 2.0
 RATE_WINDOW_MS = 300_000
 T = TypeVar("T")
 Listener = Callable[[ClusterSnapshot, ClusterSnapshot | None], Awaitable[None]]
@@ -146,7 +151,6 @@ class ClusterSampler:
         notes: list[str] = []
         cluster = await admin.describe_cluster()
         described = await admin.describe_topics()
-        live = {b.node_id for b in cluster.brokers}
         topics = {
             name: TopicState(
                 name,
@@ -172,7 +176,7 @@ class ClusterSampler:
             self._part("log end offsets", self._offsets(led, "latest"), {}, notes),
             # the first record at or after time 0 is the oldest one
             self._part("oldest records", self._offsets(led, 0, timestamps=True), {}, notes),
-            self._log_dirs(sorted(live)),
+            self._log_dirs_publishing_silence(cluster, topics, now),
             self._part("consumer groups", self._group_offsets(), None, notes),
         )
         for name, topic in topics.items():
@@ -197,6 +201,7 @@ class ClusterSampler:
             topics=topics,
             notes=notes,
         )
+        _mark_down_replicas(topics, snapshot.brokers)
         snapshot.groups = previous.groups if group_data is None else self._groups(group_data, ends, now)
         snapshot.mirrors = await self._mirrors()
         await self._audit(snapshot, now)
@@ -229,30 +234,57 @@ class ClusterSampler:
         silent = {b.id for b in previous.brokers.values() if not b.up}
         answering = {b.node_id: None if b.node_id in silent else {} for b in cluster.brokers}
         brokers = self._brokers(cluster.brokers, topics, answering, now)
-        for broker_id, state in brokers.items():
-            if broker_id in previous.brokers:
-                state.size_bytes = previous.brokers[broker_id].size_bytes
-        self.snapshot = dataclasses.replace(
-            previous, taken_ms=now, controller_id=cluster.controller_id, brokers=brokers, topics=topics
-        )
+        self._publish_brokers(previous, brokers, topics, taken_ms=now, controller_id=cluster.controller_id)
 
-    async def _log_dirs(self, brokers: list[int]) -> dict[int, dict | None]:
+    def _publish_brokers(
+        self, base: ClusterSnapshot, brokers: dict[int, BrokerState], topics: dict, **changes: Any
+    ) -> None:
+        """Publish `base` with these brokers (sizes as last read) and topics, their replicas on down brokers
+        marked."""
+        for broker_id, state in brokers.items():
+            if broker_id in base.brokers:
+                state.size_bytes = base.brokers[broker_id].size_bytes
+        _mark_down_replicas(topics, brokers)
+        self.snapshot = dataclasses.replace(base, brokers=brokers, topics=topics, **changes)
+
+    async def _log_dirs_publishing_silence(
+        self, cluster: Any, topics: dict[str, TopicState], now: int
+    ) -> dict[int, dict | None]:
+        """`_log_dirs`; when a broker turns silent, the pages learn it at once, not when the slowest of this
+        round's other reads (some wait on that broker's partitions) ends."""
+        dirs = await self._log_dirs(cluster.brokers)
+        current = self.snapshot
+        newly_silent = [b for b, d in dirs.items() if d is None and current.brokers.get(b, _UP).up]
+        if newly_silent and current.taken_ms == now and not current.error:  # the health-first one
+            answering = {b: None if d is None else {} for b, d in dirs.items()}
+            self._publish_brokers(current, self._brokers(cluster.brokers, topics, answering, now), topics)
+        return dirs
+
+    async def _log_dirs(self, registered: list[Any]) -> dict[int, dict | None]:
         """Each registered broker's replicas; None for a broker that does not answer (registered but dead:
         its ZooKeeper session has not expired yet)."""
 
-        async def ask(broker: int) -> dict | None:
+        async def ask(broker: Any) -> dict | None:
+            request = asyncio.ensure_future(self.admin.describe_log_dirs([broker.node_id]))
             try:
-                return (await self.admin.describe_log_dirs([broker]))[broker]
+                done, _ = await asyncio.wait({request}, timeout=PROBE_AFTER_S)
+                if not done and await _refuses_connections(broker.host, broker.port):
+                    raise ConnectionRefusedError(f"{broker.host}:{broker.port} refuses connections")
+                return (await request)[broker.node_id]
             except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:
                 log.info(
                     "event=broker_not_answering cluster=%s broker=%d error=%s",
                     self.settings.name,
-                    broker,
+                    broker.node_id,
                     error,
                 )
                 return None
+            finally:
+                request.cancel()
 
-        return dict(zip(brokers, await asyncio.gather(*(ask(b) for b in brokers)), strict=True))
+        brokers = sorted(registered, key=lambda b: b.node_id)
+        answers = await asyncio.gather(*(ask(b) for b in brokers))
+        return {b.node_id: answer for b, answer in zip(brokers, answers, strict=True)}
 
     async def _offsets(
         self, partitions: list[TopicPartition], spec: str | int, timestamps: bool = False
@@ -395,6 +427,34 @@ class ClusterSampler:
         for mirror in snapshot.mirrors:
             mirror.records_per_s = _mirror_rate(snapshot, mirror)
         self.history.compact_when_due(now)
+
+
+_UP = BrokerState(-1, None, None, None, up=True)
+
+
+def _mark_down_replicas(topics: dict[str, TopicState], brokers: dict[int, BrokerState]) -> None:
+    down = {b.id for b in brokers.values() if not b.up}
+    for topic in topics.values():
+        for p in topic.partitions:
+            p.down = tuple(r for r in p.replicas if r in down)
+
+
+async def _refuses_connections(host: str | None, port: int | None) -> bool:
+    """True when nothing listens at host:port any more (the connection is refused); a connection that is
+    accepted, or slow to be, says nothing against the broker. The connection carries no request."""
+    if host is None or port is None:
+        return False
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
 
 
 def _mirror_rate(snapshot: ClusterSnapshot, mirror: MirrorState) -> float | None:

@@ -35,6 +35,9 @@ class PartitionState:
     size_bytes: int | None = None
     oldest_ms: int | None = None
     """The oldest retained record's timestamp"""
+    down: tuple[int, ...] = ()
+    """Replicas on brokers the console found down: the cluster keeps a dead broker in the ISR until its
+    ZooKeeper session expires, but its replicas copy nothing from the moment it died."""
 
     @property
     def out_of_sync(self) -> tuple[int, ...]:
@@ -42,7 +45,7 @@ class PartitionState:
 
     @property
     def under_replicated(self) -> bool:
-        return len(self.isr) < len(self.replicas)
+        return len(self.isr) < len(self.replicas) or bool(self.down)
 
     @property
     def offline(self) -> bool:

@@ -11,6 +11,8 @@ from backbone.console.burrow import ERR, OK, WARN, Observation, evaluate_partiti
 from backbone.console.charts import line_chart
 from backbone.console.config import ConfigError, load, parse
 from backbone.console.history import HistoryStore, HistoryUnavailable
+from backbone.console.sampler import _refuses_connections
+from backbone.console.snapshot import PartitionState
 
 pytestmark = pytest.mark.unit
 
@@ -146,3 +148,26 @@ def test_charts_escape_names_and_say_when_there_is_no_history() -> None:
     assert "<b>t</b>" not in svg and "&lt;b&gt;t&lt;/b&gt;/0" in svg
     assert svg.count("<polyline") == 1
     assert "no history yet" in line_chart([("x", [])], "t")
+
+
+def test_a_replica_on_a_down_broker_makes_its_partition_under_replicated_before_the_isr_shrinks() -> None:
+    healthy = PartitionState(0, leader=1, replicas=(1, 2), isr=(1, 2))
+    on_dead_broker = PartitionState(1, leader=1, replicas=(1, 2), isr=(1, 2), down=(2,))
+    shrunk = PartitionState(2, leader=1, replicas=(1, 2), isr=(1,))
+    assert not healthy.under_replicated
+    assert on_dead_broker.under_replicated and on_dead_broker.out_of_sync == ()
+    assert shrunk.under_replicated and shrunk.out_of_sync == (2,)
+
+
+async def test_a_port_nobody_listens_on_refuses_and_a_listening_one_does_not() -> None:
+    import asyncio
+
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await _refuses_connections("127.0.0.1", port) is False
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert await _refuses_connections("127.0.0.1", port) is True  # closed now: nothing listens
+    assert await _refuses_connections(None, None) is False  # an address not known says nothing
