@@ -52,6 +52,44 @@ url = "http://127.0.0.1:1/hook"
     assert config.webhooks == ("http://127.0.0.1:1/hook",)
 
 
+def test_a_properties_file_reads_as_its_toml_twin(tmp_path: Path) -> None:
+    path = tmp_path / "console.properties"
+    path.write_text(
+        f"""
+# Kafka-style names, one per line
+listeners=http://127.0.0.1:9999
+sampling.interval.ms = 500
+history.url: sqlite:///{tmp_path}/h.db
+clusters.dc1.bootstrap.servers=127.0.0.1:9092
+clusters.aggregate.bootstrap.servers=127.0.0.1:9292
+clusters.aggregate.role=aggregate
+mirrors.dc1-up.source=dc1
+mirrors.dc1-up.target=aggregate
+users.alice.role=operator
+users.alice.password.hash={HASH}
+webhooks.alerts.url=http://127.0.0.1:1/hook
+"""
+    )
+    config = load(path)
+    assert [(c.name, c.role, c.bootstrap_servers) for c in config.clusters] == [
+        ("dc1", "datacenter", "127.0.0.1:9092"),
+        ("aggregate", "aggregate", "127.0.0.1:9292"),
+    ]
+    assert (config.mirrors[0].source, config.mirrors[0].group) == ("dc1", "mirror-dc1-aggregate")
+    assert (config.host, config.port, config.interval_ms) == ("127.0.0.1", 9999, 500)
+    assert config.history_url == f"sqlite:///{tmp_path}/h.db"
+    assert (config.user("alice").role, config.user("alice").password_hash) == ("operator", HASH)
+    assert config.webhooks == ("http://127.0.0.1:1/hook",)
+    for line, said in [
+        ("clusters.dc1=x", "write clusters.LABEL.SETTING=value"),
+        ("listeners", "write key=value"),
+        ("clusters.a.bootstrap.servers=h:1\nsampling.interval.ms=x", "sampling.interval.ms must be a whole"),
+    ]:
+        path.write_text(line + "\n")
+        with pytest.raises(ConfigError, match=said):
+            load(path)
+
+
 @pytest.mark.parametrize(
     ("data", "said"),
     [
