@@ -167,11 +167,14 @@ def browse_query(request: web.Request, topic: TopicState) -> dict[str, Any]:
         partition = int(query.get("partition", "0"))
         limit = int(query.get("limit", "20"))
         offset = int(query["offset"]) if query.get("offset", "").strip() else None
-        time_ms = browse.parse_time(query["time"]) if query.get("time", "").strip() else None
     except ValueError as error:
         raise web.HTTPBadRequest(
             text=f"partition, offset and limit must be whole numbers ({error})"
         ) from None
+    try:
+        time_ms = browse.parse_time(query["time"]) if query.get("time", "").strip() else None
+    except browse.BadQuery as error:
+        raise web.HTTPBadRequest(text=str(error)) from None
     fmt = query.get("format", "text")
     if partition not in {p.partition for p in topic.partitions}:
         raise web.HTTPBadRequest(text=f"topic {topic.name} has no partition {partition}")

@@ -36,6 +36,11 @@ def test_every_page_renders_for_an_operator(backbone, browser) -> None:
     console = backbone.data["console"]
     with Producer(bootstrap_servers=dc1(backbone)) as producer:
         producer.send("pageviews", b'{"page": "/home", "user": "ann"}', key=b"ann").get(timeout=30)
+    anonymous = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    anonymous.goto(console["url"] + "clusters/dc1")
+    assert anonymous.locator("h1").inner_text() == "Log in"  # every page asks for a login first
+    shoot(anonymous, "login")
+    anonymous.context.close()
     page = log_in(browser, console)
 
     def cluster_page_lists_the_topic() -> bool:
@@ -57,6 +62,8 @@ def test_every_page_renders_for_an_operator(backbone, browser) -> None:
         ("clusters/dc1/groups", "groups", "Consumer groups"),
         ("mirrors", "mirrors", "Mirrors"),
         ("actions", "actions", "Action log"),
+        ("clusters/dc1/reassignments", "reassignments", "reassignments on dc1"),
+        ("clusters/dc1/topics/no-such-topic", "not-found", "404"),
     ]:
         page.goto(console["url"] + path)
         assert page.locator("h1").inner_text().startswith(heading)
