@@ -56,8 +56,9 @@ partition_lag = Table(
     Column("committed", BigInteger),
     Column("log_end", BigInteger),
     Column("lag", BigInteger),
-    # A chart reads a few series of one group: the index holds each series in time order.
-    Index("ix_partition_lag_series", "cluster", "group_id", "topic", "partition", "ts_ms"),
+    # A chart reads a few series of one group: the index holds each series in time order, with its lag
+    # (the rows of one series are spread over the table, one per sampling round).
+    Index("ix_partition_lag_series", "cluster", "group_id", "topic", "partition", "ts_ms", "lag"),
 )
 
 group_status = Table(

@@ -78,6 +78,7 @@ class ClusterSampler:
         )
         self._observations: dict[tuple[str, str, int], collections.deque[Observation]] = {}
         self._known_brokers: dict[int, BrokerState] = {}
+        self._refused_ms: dict[int, int] = {}  # when the watcher last found a broker refusing connections
         self._audit_read_ms = 0
         self.rounds = 0
         self.last_round_s = 0.0
@@ -90,6 +91,7 @@ class ClusterSampler:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.admin.start()
+        watcher = asyncio.create_task(self._watch_brokers(stop), name=f"watch-{self.settings.name}")
         try:
             while not stop.is_set():
                 started = time.monotonic()
@@ -102,7 +104,41 @@ class ClusterSampler:
                     task.cancel()
                 self.woken.clear()
         finally:
+            watcher.cancel()
             await self.admin.close()
+
+    async def _watch_brokers(self, stop: asyncio.Event) -> None:
+        """Between rounds too, twice per interval, see whether a broker that was up now refuses connections:
+        a round can be stuck for a whole request timeout on a broker that died while it ran, and a dead
+        broker must show within two intervals whatever the round is doing."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.config.interval_ms / 2000)
+            current = self.snapshot
+            if not current.taken_ms or current.error:
+                continue
+            up = [b for b in current.brokers.values() if b.up]
+            refused = await asyncio.gather(*(_refuses_connections(b.host, b.port) for b in up))
+            dead = {b.id for b, no in zip(up, refused, strict=True) if no}
+            if not dead or self.snapshot is not current:  # a newer snapshot is judged at the next look
+                continue
+            now = _now_ms()
+            brokers = {}
+            for broker_id, state in current.brokers.items():
+                if broker_id in dead:
+                    state = dataclasses.replace(state, up=False, down_since_ms=now)
+                    self._known_brokers[broker_id] = dataclasses.replace(
+                        self._known_brokers.get(broker_id, state), up=False, down_since_ms=now
+                    )
+                    self._refused_ms[broker_id] = now
+                    log.info(
+                        "event=broker_not_answering cluster=%s broker=%d error=connection refused",
+                        self.settings.name,
+                        broker_id,
+                    )
+                brokers[broker_id] = state
+            _mark_down_replicas(current.topics, brokers)
+            self.snapshot = dataclasses.replace(current, brokers=brokers)
 
     def wake(self) -> None:
         """Sample again now (after an action changed the cluster)."""
@@ -179,6 +215,9 @@ class ClusterSampler:
             self._log_dirs_publishing_silence(cluster, topics, now),
             self._part("consumer groups", self._group_offsets(), None, notes),
         )
+        for broker_id, refused_ms in self._refused_ms.items():
+            if refused_ms >= now:  # it answered this round before it died: that answer is stale
+                dirs[broker_id] = None
         for name, topic in topics.items():
             found = configs.get(ConfigResource(ConfigResourceType.TOPIC, name))
             kept = previous.topics.get(name)
