@@ -48,7 +48,7 @@ def _problems(snapshot: ClusterSnapshot) -> list[Problem]:
         found.append(Problem(WARN, f"{name}: {note}", base))
     if snapshot.offline:
         found.append(
-            Problem(ERR, f"{name}: {_plural(snapshot.offline, 'partition')} offline (no leader)", base)
+            Problem(ERR, f"{name}: {_plural(snapshot.offline, 'partition')} offline (no live leader)", base)
         )
     if snapshot.under_min_isr:
         found.append(

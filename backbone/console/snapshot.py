@@ -49,7 +49,8 @@ class PartitionState:
 
     @property
     def offline(self) -> bool:
-        return self.leader < 0
+        """No leader, or a leader on a down broker (until the controller elects another)."""
+        return self.leader < 0 or self.leader in self.down
 
     @property
     def preferred_leader(self) -> int | None:
@@ -105,7 +106,8 @@ class TopicState:
 
     @property
     def under_min_isr(self) -> int:
-        return sum(len(p.isr) < self.min_isr and not p.offline for p in self.partitions)
+        # a down broker still in the ISR (until its session expires) takes no writes: it does not count
+        return sum(len(set(p.isr) - set(p.down)) < self.min_isr and not p.offline for p in self.partitions)
 
     @property
     def size_bytes(self) -> int:

@@ -192,7 +192,9 @@ def test_a_replica_on_a_down_broker_makes_its_partition_under_replicated_before_
     healthy = PartitionState(0, leader=1, replicas=(1, 2), isr=(1, 2))
     on_dead_broker = PartitionState(1, leader=1, replicas=(1, 2), isr=(1, 2), down=(2,))
     shrunk = PartitionState(2, leader=1, replicas=(1, 2), isr=(1,))
-    assert not healthy.under_replicated
+    led_by_the_dead = PartitionState(3, leader=2, replicas=(2, 1), isr=(2, 1), down=(2,))
+    assert not healthy.under_replicated and not healthy.offline
+    assert led_by_the_dead.offline and not on_dead_broker.offline  # no live leader until the next election
     assert on_dead_broker.under_replicated and on_dead_broker.out_of_sync == ()
     assert shrunk.under_replicated and shrunk.out_of_sync == (2,)
 
