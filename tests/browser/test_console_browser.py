@@ -231,12 +231,6 @@ def test_a_killed_broker_shows_on_the_overview_within_two_refreshes(backbone, br
         return found["brokers_up"] == 2 and bool(replicated) and replicated[0]["under_replicated"] == 0
 
     wait_until(console_sampled_the_topic_healthy, 30, "the console to sample the new topic, healthy")
-    topic_api = console["url"] + "api/clusters/dc1/topics/replicated"
-    led = [
-        p["partition"]
-        for p in page.request.get(topic_api).json()["partition_list"]
-        if p["leader"] == victim["id"]
-    ]
     page.goto(console["url"])
     overview = page.locator("main")  # no reload from here on: the page's own script refreshes it
     assert f"broker {victim['id']} down" not in overview.inner_text()
@@ -255,9 +249,10 @@ def test_a_killed_broker_shows_on_the_overview_within_two_refreshes(backbone, br
     print(f"the overview showed the killed broker {shown_after:.2f} s after the kill")
     assert shown_after <= BROKER_DOWN_SHOWN_S, f"shown {shown_after:.2f} s after the kill"
     shoot(page, "overview-broker-down")
-    # Until the controller elects other leaders, the partitions the dead broker leads have no live leader.
-    found = page.request.get(topic_api).json()
-    assert found["offline"] == len(led) and found["under_replicated"] == 6, (led, found)
+    # Every partition has a replica on the dead broker; those it led have no live leader until the controller
+    # elects others (on its own schedule, so their count may already be going down).
+    found = page.request.get(console["url"] + "api/clusters/dc1/topics/replicated").json()
+    assert found["under_replicated"] == 6, found
     # The cluster itself keeps the dead broker in every ISR until its ZooKeeper session expires; until then
     # the topic page marks its replicas as on a down broker, and afterwards as out of sync.
     page.goto(console["url"] + "clusters/dc1/topics/replicated")
