@@ -270,7 +270,12 @@ async def test_group_lag_status_history_metrics_and_an_offset_reset(console: Tes
     assert 'backbone_console_group_status{cluster="dc1",group="etl"} 2.0' in metrics
     assert 'backbone_console_cluster_reachable{cluster="gone"} 0.0' in metrics
     openapi = await (await console.get("/api/openapi.json")).json()
-    assert "/api/clusters/{cluster}/groups/{group}" in openapi["paths"]
+    group_api = openapi["paths"]["/api/clusters/{cluster}/groups/{group}"]["get"]
+    assert [p["name"] for p in group_api["parameters"]] == ["cluster", "group", "range"]
+    messages_api = openapi["paths"]["/api/clusters/{cluster}/topics/{topic}/messages"]["get"]
+    assert {"partition", "offset", "time", "limit", "format"} <= {
+        p["name"] for p in messages_api["parameters"]
+    }
 
     reset = {"csrf_token": csrf, "topic": "events", "to": "earliest", "value": ""}
     plan = await (await console.post("/clusters/dc1/groups/etl/reset", data=reset)).text()
