@@ -211,3 +211,25 @@ async def test_a_port_nobody_listens_on_refuses_and_a_listening_one_does_not() -
         await server.wait_closed()
     assert await _refuses_connections("127.0.0.1", port) is True  # closed now: nothing listens
     assert await _refuses_connections(None, None) is False  # an address not known says nothing
+
+
+def test_a_down_broker_and_what_it_leaves_behind_read_as_one_sentence() -> None:
+    from backbone.console.problems import problems
+    from backbone.console.snapshot import BrokerState, ClusterSnapshot, TopicState
+
+    partitions = [PartitionState(p, leader=1, replicas=(1, 2), isr=(1, 2), down=(2,)) for p in range(12)]
+    down = ClusterSnapshot(
+        "dc1",
+        "datacenter",
+        taken_ms=1,
+        brokers={1: BrokerState(1, "h", 1, None, True), 2: BrokerState(2, "h", 2, None, False, 0)},
+        topics={"events": TopicState("events", False, partitions)},
+    )
+    assert [p.text for p in problems(down)] == ["dc1: broker 2 down since -; 12 partitions under-replicated"]
+    assert problems(down)[0].severity == ERR
+
+    shrunk = [PartitionState(0, leader=1, replicas=(1, 2), isr=(1,))]
+    alone = ClusterSnapshot(
+        "dc2", "datacenter", taken_ms=1, topics={"events": TopicState("events", False, shrunk)}
+    )
+    assert [(p.severity, p.text) for p in problems(alone)] == [(WARN, "dc2: 1 partition under-replicated")]
