@@ -81,6 +81,9 @@ class SchemaLog:
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": 0,
+                # One produce request at a time: the registrations staged while it is out go together in
+                # the next (a group commit), rather than one request each racing five in flight.
+                "max.in.flight.requests.per.connection": 1,
                 "client.id": f"schema-registry-{instance}",
             }
         )
