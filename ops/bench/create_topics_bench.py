@@ -56,6 +56,7 @@ def one_round(tree: Path, work: Path) -> tuple[float, float]:
         grow = [NewPartitions("bench-1", GROWN_TO)]
         _wait(admin.create_partitions(grow, operation_timeout=120, request_timeout=180), "growing topic")
         grown = time.monotonic() - started_at
+        del admin  # closed before its brokers stop, so that it does not log their going
     return created, grown
 
 
