@@ -34,15 +34,25 @@ def read_from_beginning(bootstrap: str, topic: str) -> list[tuple[int, bytes, by
         consumer.close()
 
 
-def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory, wait_for) -> None:
-    broker = broker_factory(1, log_cleaner_backoff_ms=200)
-    topic = f"compacted-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+def create_compacted_topic(bootstrap: str, prefix: str, *, segment_bytes: int) -> str:
+    """A new one-partition compacted topic, cleaned as soon as anything in it is dirty; returns its name."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        configs = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01"}
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(segment_bytes),
+            "min.cleanable.dirty.ratio": "0.01",
+        }
         admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
     finally:
         admin.close()
+    return topic
+
+
+def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory, wait_for) -> None:
+    broker = broker_factory(1, log_cleaner_backoff_ms=200)
+    topic = create_compacted_topic(broker.bootstrap, "compacted", segment_bytes=1024)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
     latest: dict[bytes, tuple[int, bytes | None]] = {}
     try:
@@ -86,13 +96,7 @@ def test_the_cleaner_runs_again_at_once_after_a_pass_that_cleaned(broker_factory
     broker = broker_factory(
         1, log_cleaner_backoff_ms=backoff_s * 1000, log_cleaner_dedupe_buffer_size=1024 * 1024
     )
-    topic = f"passes-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        configs = {"cleanup.policy": "compact", "segment.bytes": "65536", "min.cleanable.dirty.ratio": "0.01"}
-        admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
-    finally:
-        admin.close()
+    topic = create_compacted_topic(broker.bootstrap, "passes", segment_bytes=65536)
     keys = 2 * 8192
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20, batch_size=16384)
     latest: dict[bytes, tuple[int, bytes]] = {}
