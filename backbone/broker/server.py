@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 from backbone.broker.config import BrokerConfig
 from backbone.broker.connection_limits import ConnectionLimits
-from backbone.broker.controller import Controller
+from backbone.broker.controller.control_loop import Controller
+from backbone.broker.controller.liveness import Liveness
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
-from backbone.broker.liveness import Liveness
-from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
+from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
@@ -93,8 +93,18 @@ class Broker(MetadataListener):
                 security=inter_broker_security(config),
             ),
         )
-        self.controller = Controller(self)
-        self.group_coordination = GroupCoordination(self)
+        self.controller = Controller(
+            self.broker_id, self.cache, self.store, self.zk, config, lambda: self.liveness.unreachable
+        )
+        self.group_coordination = GroupCoordination(
+            self.broker_id,
+            config,
+            self.cache,
+            self.store,
+            self.zk,
+            self.replicas,
+            lambda: self.liveness.unreachable,
+        )
         # Handlers reach the group coordinator here (membership, offsets).
         self.group_coordinator = self.group_coordination.coordinator
         self.liveness = Liveness(
@@ -195,8 +205,7 @@ class Broker(MetadataListener):
             ),
         ]
         if self.config["log.cleaner.enable"]:
-            cleaner_interval_s = self.config["log.cleaner.backoff.ms"] / 1000
-            self._tasks.append(loop.create_task(self._every(cleaner_interval_s, self._clean_logs)))
+            self._tasks.append(loop.create_task(self._run_cleaner()))
         log.info(
             "event=broker_started broker_id=%d cluster_id=%s listeners=%s seconds=%.2f",
             self.broker_id,
@@ -432,8 +441,18 @@ class Broker(MetadataListener):
         if deleted:
             log.info("event=retention segments_deleted=%d", deleted)
 
-    async def _clean_logs(self) -> None:
-        await asyncio.to_thread(self.log_manager.run_cleaner)
+    async def _run_cleaner(self) -> None:
+        """Clean logs back to back while there is work, and pause log.cleaner.backoff.ms only after a pass
+        that found none, as Kafka's cleaner threads do: a log filling faster than one pass cleans is
+        compacted soon after its last write, not a backoff after each pass."""
+        backoff_s = self.config["log.cleaner.backoff.ms"] / 1000
+        while True:
+            await asyncio.sleep(backoff_s)
+            try:
+                while await asyncio.to_thread(self.log_manager.run_cleaner):
+                    pass
+            except Exception:
+                log.exception("event=housekeeping_failed action=clean_logs")
 
     async def _close_idle(self) -> None:
         self.connection_limits.close_idle(self.listeners)
