@@ -194,7 +194,7 @@ def test_a_topic_of_36_partitions_times_3_replicas_is_created_and_grown_with_eve
     # expects the answer within its timeout; every replica's log is created as the states arrive.
     brokers = [broker_factory(broker_id) for broker_id in (1, 2, 3)]
     wait_until_brokers_see_each_other(brokers)
-    big, grown = topic_name("wide"), topic_name("grown")
+    big, grown = unique_name("wide"), unique_name("grown")
     with open_admin(brokers[0].bootstrap) as admin:
         result = admin.create_topics(
             {

@@ -124,7 +124,9 @@ async def _create_topics(broker: Broker, waiter: MetadataWaiter, context: Reques
     # Concurrently: each topic is its own ZooKeeper transaction, and one topic's round trips need not wait
     # for another's. Names colliding with an earlier one of the request ('.' and '_' are one in metric
     # names) go after it, so that they are refused as colliding, as Kafka's one-by-one creation does.
-    first, colliding, flattened = [], [], set()
+    first: list[Any] = []  # kio's CreatableTopic entries
+    colliding: list[Any] = []
+    flattened: set[str] = set()
     for topic in to_create:
         (colliding if topic.name.replace(".", "_") in flattened else first).append(topic)
         flattened.add(topic.name.replace(".", "_"))
