@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from backbone.coordination import CoordinationError, PartitionState, TopicAssignment
 from backbone.protocol.errors import ErrorCode, KafkaError, NotControllerError
+from backbone.wire.reassignment import PartitionReassignment as Ongoing
 
 if TYPE_CHECKING:
     from backbone.broker.controller import Controller
@@ -31,21 +31,6 @@ TopicPartition = tuple[str, int]
 Outcome = tuple[ErrorCode, str | None]
 DONE: Outcome = (ErrorCode.none, None)
 _STATE_ATTEMPTS = 3  # a leader may change the ISR between our read and our write: read and decide again
-
-
-@dataclass(frozen=True)
-class Ongoing:
-    replicas: tuple[int, ...]
-    adding: tuple[int, ...]
-    removing: tuple[int, ...]
-
-    @property
-    def target(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.removing)
-
-    @property
-    def original(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.adding)
 
 
 def begin(current: Sequence[int], target: Sequence[int]) -> Ongoing:

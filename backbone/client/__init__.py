@@ -3,7 +3,7 @@
 from backbone.client.accumulator import RecordFuture
 from backbone.client.admin import AsyncAdmin
 from backbone.client.admin_groups import GroupDescription, GroupListing, MemberDescription
-from backbone.client.admin_replicas import PartitionReassignment, ReplicaInfo
+from backbone.client.admin_replicas import ReplicaInfo
 from backbone.client.admin_types import (
     ClusterDescription,
     ConfigEntry,
@@ -15,18 +15,6 @@ from backbone.client.admin_types import (
 )
 from backbone.client.cluster import BrokerInfo, PartitionInfo
 from backbone.client.consumer import AsyncConsumer
-from backbone.client.errors import (
-    BufferExhaustedError,
-    ClientClosedError,
-    CommitFailedError,
-    ConfigError,
-    IllegalStateError,
-    KafkaClientError,
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    NoBrokersAvailable,
-)
 from backbone.client.producer import AsyncProducer
 from backbone.client.structs import (
     ConsumerRecord,
@@ -39,6 +27,19 @@ from backbone.client.structs import (
 )
 from backbone.client.subscription import ConsumerRebalanceListener
 from backbone.client.sync import Admin, Consumer, Producer
+from backbone.wire.errors import (
+    BufferExhaustedError,
+    ClientClosedError,
+    CommitFailedError,
+    ConfigError,
+    IllegalStateError,
+    KafkaClientError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+)
+from backbone.wire.reassignment import PartitionReassignment
 
 __all__ = [
     "Admin",

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backbone.client.errors import KafkaClientError
 from backbone.protocol.errors import KafkaError
+from backbone.wire.errors import KafkaClientError
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from backbone.client.cluster import ClusterClient
 from backbone.client.config import CONSUMER_OPTIONS, resolve
-from backbone.client.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
 from backbone.client.fetcher import EARLIEST, LATEST, Fetcher, PartitionState
 from backbone.client.structs import (
     ConsumerRecord,
@@ -40,6 +39,7 @@ from backbone.client.structs import (
     TopicPartition,
 )
 from backbone.client.subscription import CommitCallback, Subscription
+from backbone.wire.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
 
 if TYPE_CHECKING:
     from backbone.client.consumer_group import ConsumerGroup

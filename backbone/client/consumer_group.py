@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from backbone.client.cluster import ClusterClient
-from backbone.client.errors import CommitFailedError, ConfigError, IllegalStateError, KafkaClientError
 from backbone.client.fetcher import Fetcher, PartitionState
 from backbone.client.group_membership import GroupMembership
 from backbone.client.group_requests import MemberMetadata
@@ -38,6 +37,7 @@ from backbone.client.subscription import CommitCallback, Subscription, call_list
 from backbone.consumer_groups import assignors as assignor_room
 from backbone.consumer_groups import consumer_protocol
 from backbone.protocol.errors import KafkaError
+from backbone.wire.errors import CommitFailedError, ConfigError, IllegalStateError, KafkaClientError
 
 __all__ = ["ConsumerGroup", "load_assignors"]
 

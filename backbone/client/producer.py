@@ -31,7 +31,6 @@ from backbone.client.accumulator import AsyncRecordFuture, BufferPool, ProducerB
 from backbone.client.bulk_append import RunProgress, WireRecord, append_run
 from backbone.client.cluster import ClusterClient, ClusterMetadata
 from backbone.client.config import PRODUCER_OPTIONS, resolve
-from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 from backbone.client.idempotence import IdempotenceState
 from backbone.client.partitioner import StickyPartitioner, partition_for_key
 from backbone.client.sender import Sender
@@ -40,6 +39,7 @@ from backbone.protocol.compression import codec_from_name
 from backbone.protocol.errors import MessageTooLargeError
 from backbone.protocol.record_batch import HEADER_SIZE
 from backbone.protocol.records import Header, estimate_record_size
+from backbone.wire.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 
 __all__ = ["AsyncProducer", "AsyncRecordFuture"]
 

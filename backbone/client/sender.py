@@ -25,18 +25,18 @@ from typing import Any
 
 from backbone.client.accumulator import ProducerBatch, RecordAccumulator
 from backbone.client.cluster import ClusterClient, backoff_ms
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.errors import (
+from backbone.client.idempotence import IdempotenceState
+from backbone.client.structs import TopicPartition
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.errors import (
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
     is_retriable,
 )
-from backbone.client.idempotence import IdempotenceState
-from backbone.client.structs import TopicPartition
-from backbone.client.wire import ProducedPartition, decode_produce_response, encode_produce_request
-from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.produce import ProducedPartition, decode_produce_response, encode_produce_request
 
 __all__ = ["METADATA_ERRORS", "Sender"]
 

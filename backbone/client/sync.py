@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 from backbone.client.accumulator import RecordFuture
 from backbone.client.admin import AsyncAdmin
 from backbone.client.consumer import AsyncConsumer
-from backbone.client.errors import KafkaTimeoutError
 from backbone.client.producer import AsyncProducer, Callback, MakeFuture, MustWait
 from backbone.client.structs import ConsumerRecord, RecordList, TopicPartition
 from backbone.client.subscription import CommitCallback, check_listener
+from backbone.wire.errors import KafkaTimeoutError
 
 __all__ = ["Admin", "Consumer", "Producer"]
 

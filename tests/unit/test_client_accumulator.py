@@ -16,12 +16,12 @@ from backbone.client.accumulator import (
     stamp_producer,
 )
 from backbone.client.batch_builder import new_batch_builder
-from backbone.client.errors import BufferExhaustedError, KafkaTimeoutError
 from backbone.client.idempotence import IdempotenceState
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import check_batch
 from backbone.protocol.records import RecordBatchBuilder, decode_batch
+from backbone.wire.errors import BufferExhaustedError, KafkaTimeoutError
 
 pytestmark = pytest.mark.unit
 

@@ -24,7 +24,7 @@ from backbone.protocol.errors import (
     NotEnoughReplicasError,
     TransactionalIdAuthorizationFailedError,
 )
-from backbone.protocol.fast_paths import (
+from backbone.wire.produce import (
     ProducePartitionResult,
     ProduceRequestData,
     decode_produce_request,
