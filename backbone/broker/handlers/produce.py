@@ -19,7 +19,7 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     KafkaError,
     NotEnoughReplicasError,
     TransactionalIdAuthorizationFailedError,
@@ -85,7 +85,7 @@ async def _produce_partition(
         if records is None or len(records) == 0:
             raise CorruptMessageError("produce request without records")
         if topic == OFFSETS_TOPIC:  # only the group coordinator writes there, in its own format
-            raise InvalidTopicExceptionError(f"cannot produce to the internal topic {OFFSETS_TOPIC}")
+            raise InvalidTopicError(f"cannot produce to the internal topic {OFFSETS_TOPIC}")
         partition = broker.replicas.leader_partition(topic, index)
         min_insync = _check_min_insync(broker, partition) if acks == -1 else 1
         result = partition.append_as_leader(records)
