@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from backbone.client.group_requests import PROTOCOL_TYPE, find_coordinator, offset_commit, offset_fetch
 from backbone.client.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
-from backbone.consumer_groups.consumer_protocol import decode_assignment
-from backbone.consumer_groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
 from backbone.protocol.headers import MalformedMessage
 from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.groups.consumer_protocol import decode_assignment
+from backbone.wire.groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.wire.messages import group_by_topic
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 `ConsumerGroup` is what `AsyncConsumer` delegates to once it has a `group.id`. It answers the membership's
 questions (`MembershipHooks`): what to put in JoinGroup (one subscription per assignor in
 `partition.assignment.strategy`, with the partitions owned and the generation, for the sticky assignors),
-how the leader assigns (the assignors of `backbone.consumer_groups.assignors`), and what an assignment means
+how the leader assigns (the assignors of `backbone.wire.groups.assignors`), and what an assignment means
 for the fetcher:
 
 - **Eager** rebalancing (whenever some configured assignor is eager, as with the default
@@ -34,10 +34,10 @@ from backbone.client.group_membership import GroupMembership
 from backbone.client.group_requests import MemberMetadata
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.client.subscription import CommitCallback, Subscription, call_listener, changes
-from backbone.consumer_groups import assignors as assignor_room
-from backbone.consumer_groups import consumer_protocol
 from backbone.protocol.errors import KafkaError
 from backbone.wire.errors import CommitFailedError, ConfigError, IllegalStateError, KafkaClientError
+from backbone.wire.groups import assignors as assignor_room
+from backbone.wire.groups import consumer_protocol
 
 __all__ = ["ConsumerGroup", "load_assignors"]
 

@@ -23,10 +23,10 @@ from backbone.client.consumer_group import ConsumerGroup, _as_offset
 from backbone.client.group_membership import GroupMembership
 from backbone.client.group_requests import JoinResult, MemberMetadata
 from backbone.client.subscription import ConsumerRebalanceListener, Subscription, call_listener, changes
-from backbone.consumer_groups.consumer_protocol import decode_assignment, decode_subscription
 from backbone.protocol.errors import ErrorCode
 from backbone.wire.connection import BrokerConnection
 from backbone.wire.errors import KafkaConnectionError
+from backbone.wire.groups.consumer_protocol import decode_assignment, decode_subscription
 
 pytestmark = pytest.mark.unit
 
