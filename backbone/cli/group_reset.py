@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from backbone.cli import UsageError
 from backbone.cli.connect import CommandFailed, admin_session, reports_failures
-from backbone.client import offset_reset
-from backbone.client.offset_reset import PlannedReset, ResetTarget
+from backbone.client.admin import offset_reset
+from backbone.client.admin.offset_reset import PlannedReset, ResetTarget
 from backbone.protocol.errors import UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
@@ -108,17 +108,13 @@ def reset_target(args: argparse.Namespace) -> ResetTarget:
 
 
 def plan_reset(
-    target: ResetTarget,
-    partitions: Iterable[TopicPartition],
-    committed: Mapping[TopicPartition, int],
-    log_start: Mapping[TopicPartition, int],
-    log_end: Mapping[TopicPartition, int],
-    by_time: Mapping[TopicPartition, int] | None = None,
+    target: ResetTarget, partitions: Iterable[TopicPartition], *offsets: Mapping[TopicPartition, int] | None
 ) -> list[PlannedReset]:
-    """The client's plan (`backbone.client.offset_reset.plan_reset`); shifting a partition without a
-    committed offset is a CommandFailed naming it: there is nothing to shift from."""
+    """The client's plan (`backbone.client.admin.offset_reset.plan_reset`; `offsets` are the committed, log
+    start, log end and by-time offsets); shifting a partition without a committed offset is a CommandFailed
+    naming it: there is nothing to shift from."""
     try:
-        return offset_reset.plan_reset(target, partitions, committed, log_start, log_end, by_time)
+        return offset_reset.plan_reset(target, partitions, *offsets)  # type: ignore[arg-type]
     except offset_reset.NothingToShiftError as error:
         raise CommandFailed(
             f"cannot shift {', '.join(map(str, error.partitions))}: the group has no committed offset there "

@@ -22,7 +22,7 @@ from backbone.client import (
     NewTopic,
     TopicPartition,
 )
-from backbone.client.offset_reset import NothingToShiftError, ResetTarget, plan_reset
+from backbone.client.admin.offset_reset import NothingToShiftError, ResetTarget, plan_reset
 from backbone.console import auth, browse
 from backbone.console.app import render, state
 from backbone.console.pages import group_of, topic_of

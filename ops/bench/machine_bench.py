@@ -54,7 +54,7 @@ from machine_loopback import (  # noqa: E402
 
 from backbone.broker.region_sender import DEFAULT_SENDFILE_THRESHOLD  # noqa: E402
 from backbone.client import Admin, NewTopic, Producer  # noqa: E402
-from backbone.client.fetcher import scan_batches  # noqa: E402
+from backbone.client.consumer.fetcher import scan_batches  # noqa: E402
 from backbone.dev.processes import BrokerProcess  # noqa: E402
 from backbone.protocol.api import ApiKey  # noqa: E402
 from backbone.protocol.errors import error_for  # noqa: E402

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from backbone.client.partitioner import partition_for_key
+from backbone.client.producer.partitioner import partition_for_key
 
 pytestmark = pytest.mark.integration
 

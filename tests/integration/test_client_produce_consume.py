@@ -19,7 +19,7 @@ from backbone.client import (
     TimestampType,
     TopicPartition,
 )
-from backbone.client.partitioner import partition_for_key
+from backbone.client.producer.partitioner import partition_for_key
 from backbone.protocol.errors import OffsetOutOfRangeError
 
 pytestmark = pytest.mark.integration

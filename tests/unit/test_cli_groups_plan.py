@@ -20,7 +20,7 @@ from backbone.cli.group_reset import (
 )
 from backbone.cli.groups import LAG_HEADER, lag_row, print_table
 from backbone.client import GroupDescription, MemberDescription, TopicPartition
-from backbone.client.admin_groups import decode_assigned_partitions
+from backbone.client.admin.groups import decode_assigned_partitions
 from backbone.wire.groups.consumer_protocol import Assignment, encode_assignment
 from backbone.wire.groups.lag import MemberInfo, PartitionLag, group_lag, partition_lag, total_lag
 

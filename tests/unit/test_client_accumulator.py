@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from backbone.client.accumulator import (
+from backbone.client.producer.accumulator import (
     BufferPool,
     ProducerBatch,
     RecordAccumulator,
     RecordFuture,
     stamp_producer,
 )
-from backbone.client.batch_builder import new_batch_builder
-from backbone.client.idempotence import IdempotenceState
+from backbone.client.producer.batch_builder import new_batch_builder
+from backbone.client.producer.idempotence import IdempotenceState
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import check_batch

@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 
-from backbone.client.consumer import AsyncConsumer
-from backbone.client.fetcher import CompletedFetch, Fetcher, PartitionState, next_fetch_offset, scan_batches
+from backbone.client.consumer.consumer import AsyncConsumer
+from backbone.client.consumer.fetcher import (
+    CompletedFetch,
+    Fetcher,
+    PartitionState,
+    next_fetch_offset,
+    scan_batches,
+)
 from backbone.client.structs import (
     ConsumerRecord,
     OffsetAndTimestamp,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backbone.client.producer import AsyncProducer
+from backbone.client.producer.producer import AsyncProducer
 from backbone.client.structs import RecordList
 from backbone.protocol.errors import MessageTooLargeError
 from backbone.protocol.record_batch import read_header

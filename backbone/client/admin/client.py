@@ -20,9 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from backbone.client.admin_groups import GroupAdminMixin
-from backbone.client.admin_replicas import ReplicaAdminMixin
-from backbone.client.admin_types import (
+from backbone.client.admin.descriptions import (
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
@@ -31,6 +29,8 @@ from backbone.client.admin_types import (
     OffsetSpec,
     TopicDescription,
 )
+from backbone.client.admin.groups import GroupAdminMixin
+from backbone.client.admin.replicas import ReplicaAdminMixin
 from backbone.client.cluster import BrokerInfo, ClusterClient, backoff_ms
 from backbone.client.config import ADMIN_OPTIONS, resolve
 from backbone.client.structs import OffsetAndTimestamp, TopicPartition

@@ -16,8 +16,13 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from backbone.client.group_requests import PROTOCOL_TYPE, find_coordinator, offset_commit, offset_fetch
-from backbone.client.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
+from backbone.client.admin.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
+from backbone.client.consumer.group_requests import (
+    PROTOCOL_TYPE,
+    find_coordinator,
+    offset_commit,
+    offset_fetch,
+)
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
@@ -28,7 +33,7 @@ from backbone.wire.groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.wire.messages import group_by_topic
 
 if TYPE_CHECKING:
-    from backbone.client.admin import AsyncAdmin
+    from backbone.client.admin.client import AsyncAdmin
 
 __all__ = ["GroupAdminMixin", "GroupDescription", "GroupListing", "MemberDescription"]
 
@@ -99,7 +104,7 @@ class GroupAdminMixin:
     ) -> dict[str, V]:
         """Send each coordinator its groups (`send` returns (group, error code, value) rows); groups that
         failed retriably are sent again, to their coordinator found anew."""
-        from backbone.client.admin import _raise_failures
+        from backbone.client.admin.client import _raise_failures
 
         wanted = list(dict.fromkeys(group_ids))
         results: dict[str, V] = {}
@@ -363,7 +368,7 @@ class GroupAdminMixin:
 def _partition_results(codes: Mapping[TopicPartition, ErrorCode], what: str) -> dict[TopicPartition, None]:
     """{partition: None} of a per-partition answer; the first failure raised with every failure attached
     (a retriable one, such as NOT_COORDINATOR, at once so the whole request is retried)."""
-    from backbone.client.admin import _raise_failures
+    from backbone.client.admin.client import _raise_failures
 
     results: dict[TopicPartition, None] = {}
     errors: dict[TopicPartition, KafkaError] = {}

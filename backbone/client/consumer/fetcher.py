@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backbone.client.cluster import ClusterClient
-from backbone.client.sender import METADATA_ERRORS
+from backbone.client.producer.sender import METADATA_ERRORS
 from backbone.client.structs import ConsumerRecord, RecordList, TimestampType, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from backbone.client.cluster import ClusterClient, backoff_ms
-from backbone.client.group_requests import (
+from backbone.client.consumer.group_requests import (
     CoordinatorAddress,
     JoinResult,
     MemberMetadata,

@@ -14,7 +14,7 @@ from backbone.wire.connection import decode_kio, encode_kio
 from backbone.wire.reassignment import PartitionReassignment
 
 if TYPE_CHECKING:
-    from backbone.client.admin import AsyncAdmin
+    from backbone.client.admin.client import AsyncAdmin
 
 PREFERRED = 0
 UNCLEAN = 1

@@ -23,9 +23,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from backbone.client.accumulator import ProducerBatch, RecordAccumulator
 from backbone.client.cluster import ClusterClient, backoff_ms
-from backbone.client.idempotence import IdempotenceState
+from backbone.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from backbone.client.producer.idempotence import IdempotenceState
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for

@@ -29,11 +29,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from backbone.client.cluster import ClusterClient
-from backbone.client.fetcher import Fetcher, PartitionState
-from backbone.client.group_membership import GroupMembership
-from backbone.client.group_requests import MemberMetadata
+from backbone.client.consumer.fetcher import Fetcher, PartitionState
+from backbone.client.consumer.group_requests import MemberMetadata
+from backbone.client.consumer.membership import GroupMembership
+from backbone.client.consumer.subscription import CommitCallback, Subscription, call_listener, changes
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
-from backbone.client.subscription import CommitCallback, Subscription, call_listener, changes
 from backbone.protocol.errors import KafkaError
 from backbone.wire.errors import CommitFailedError, ConfigError, IllegalStateError, KafkaClientError
 from backbone.wire.groups import assignors as assignor_room
