@@ -392,7 +392,7 @@ class ClusterClient:
         for listener in self.listeners:
             listener()
         log.debug(
-            "metadata brokers=%d topics=%d controller=%s",
+            "event=metadata_updated brokers=%d topics=%d controller=%s",
             len(metadata.brokers),
             len(metadata.topics),
             metadata.controller_id,
@@ -427,7 +427,9 @@ class ClusterClient:
                 await self.refresh_metadata()
             except (KafkaClientError, KafkaError) as error:
                 self._refresh_failures += 1
-                log.warning("metadata refresh failed attempt=%d error=%s", self._refresh_failures, error)
+                log.warning(
+                    "event=metadata_refresh_failed attempt=%d error=%s", self._refresh_failures, error
+                )
                 self._update_wanted.set()
 
     async def wait_for_update(self, timeout: float) -> None:

@@ -231,7 +231,7 @@ class BrokerConnection:
             raise
         self._ready = True
         log.debug(
-            "connected node=%s address=%s apis=%d ms=%.1f",
+            "event=connected node=%s address=%s apis=%d ms=%.1f",
             self.node_id,
             self.address,
             len(self.versions),

@@ -227,7 +227,7 @@ class Fetcher:
         task.add_done_callback(done)
 
     async def _backoff_after(self, error: BaseException, what: str) -> None:
-        log.warning("%s failed error=%s", what, error)
+        log.warning("event=fetcher_request_failed request=%r error=%s", what, error)
         if (
             isinstance(error, KafkaConnectionError | KafkaTimeoutError)
             or getattr(error, "code", None) in METADATA_ERRORS
@@ -255,7 +255,7 @@ class Fetcher:
             state.skip_before_timestamp = target if target is not None and target >= 0 else None
             state.position = state.fetch_position = offset
             state.reset_to = None
-            log.debug("position reset partition=%s offset=%d", tp, offset)
+            log.debug("event=position_reset partition=%s offset=%d", tp, offset)
 
     async def list_offsets(
         self, node_id: int, targets: Mapping[TopicPartition, int]
@@ -365,14 +365,17 @@ class Fetcher:
                 self.data_ready.set()
             else:
                 log.info(
-                    "offset out of range partition=%s offset=%s resetting=%s", tp, offset, self.default_reset
+                    "event=offset_out_of_range partition=%s offset=%s resetting=%s",
+                    tp,
+                    offset,
+                    self.default_reset,
                 )
                 state.seek(None, self.default_reset)
             return False
         error = error_for(code, f"fetching {tp}")
         if code in METADATA_ERRORS or error.retriable:
             self.cluster.request_update()
-            log.debug("fetch partition error partition=%s error=%s", tp, error)
+            log.debug("event=fetch_partition_error partition=%s error=%s", tp, error)
             return True
         state.error = error
         self.data_ready.set()

@@ -122,7 +122,7 @@ class ConsumerGroup:
             elif self._auto_commit and self.subscription is None and self.fetcher.assignment:
                 await self._commit_positions(timeout_s)  # manually assigned partitions
         except (KafkaClientError, KafkaError) as error:
-            log.warning("commit on close failed group=%s error=%s", self.membership.group_id, error)
+            log.warning("event=commit_on_close_failed group=%s error=%s", self.membership.group_id, error)
         await self.membership.close()
 
     # -- subscribing ------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class ConsumerGroup:
             try:
                 metadata = await self.cluster.fetch_metadata(None)
             except (KafkaClientError, KafkaError) as error:
-                log.debug("topic list for pattern subscription failed error=%s", error)
+                log.debug("event=pattern_topic_list_failed error=%s", error)
             else:
                 self._match_pattern(metadata.topics)
             await asyncio.sleep(interval)
@@ -169,7 +169,7 @@ class ConsumerGroup:
         )
         matched = subscription.topics_in(topics, internal)
         if matched != subscription.matched:
-            log.info("pattern subscription now matches topics=%s", sorted(matched))
+            log.info("event=pattern_matches_changed topics=%s", sorted(matched))
             subscription.matched = matched
             self.cluster.add_topics(matched)
             self.membership.request_rejoin("the subscription pattern matches other topics")
@@ -267,7 +267,7 @@ class ConsumerGroup:
                 await self.cluster.refresh_metadata()
             except (KafkaClientError, KafkaError) as error:
                 log.warning(
-                    "metadata for assignment failed group=%s error=%s", self.membership.group_id, error
+                    "event=assignment_metadata_failed group=%s error=%s", self.membership.group_id, error
                 )
         metadata = self.cluster.metadata
         counts = {topic: len(metadata.partitions_for(topic) or ()) for topic in wanted}
@@ -276,7 +276,7 @@ class ConsumerGroup:
         partitions = {topic: count for topic, count in counts.items() if count}
         result = assignor.assign(partitions, subscriptions)
         log.info(
-            "assigned group=%s protocol=%s members=%d topics=%d",
+            "event=group_assigned group=%s protocol=%s members=%d topics=%d",
             self.membership.group_id,
             protocol_name,
             len(members),
@@ -309,7 +309,7 @@ class ConsumerGroup:
         # gets its old assignment back with no rebalance): rejoin, as the Java client does.
         subscription = self.subscription
         if subscription is not None and not all(subscription.covers(tp.topic) for tp in assigned):
-            log.info("assignment has topics not subscribed group=%s: rejoining", self.membership.group_id)
+            log.info("event=assignment_not_subscribed group=%s action=rejoin", self.membership.group_id)
             return True
         # Cooperative: what this member gave up goes to its new owner in a follow-up rebalance.
         return self.cooperative and bool(revoked)
@@ -336,7 +336,7 @@ class ConsumerGroup:
                 await self._commit_positions(timeout_s, only=revoked)
             except (KafkaClientError, KafkaError) as error:
                 log.warning(
-                    "commit before revocation failed group=%s error=%s", self.membership.group_id, error
+                    "event=commit_before_revocation_failed group=%s error=%s", self.membership.group_id, error
                 )
         self._remember_error(await call_listener(self._listener, "on_partitions_revoked", revoked))
         self._drop(revoked)
@@ -457,12 +457,14 @@ class ConsumerGroup:
             except (KafkaClientError, KafkaError) as failure:
                 error = failure
                 if callback is None:
-                    log.warning("async commit failed group=%s error=%s", self.membership.group_id, failure)
+                    log.warning(
+                        "event=async_commit_failed group=%s error=%s", self.membership.group_id, failure
+                    )
             if callback is not None:
                 try:
                     callback(chosen, error)
                 except Exception:
-                    log.exception("commit callback failed group=%s", self.membership.group_id)
+                    log.exception("event=commit_callback_failed group=%s", self.membership.group_id)
 
         task = asyncio.ensure_future(run())
         self._commits.add(task)

@@ -172,7 +172,7 @@ class GroupMembership:
                         f"no coordinator found for group {self.group_id!r} in time (last error: {error}); "
                         "are the brokers up?"
                     ) from None
-                log.debug("coordinator lookup failed group=%s error=%s", self.group_id, error)
+                log.debug("event=coordinator_lookup_failed group=%s error=%s", self.group_id, error)
                 await asyncio.sleep(delay / 1000)
 
     async def _lookup(self) -> BrokerConnection:
@@ -193,7 +193,10 @@ class GroupMembership:
             raise
         if self._coordinator != address:
             log.info(
-                "coordinator found group=%s node=%d address=%s", self.group_id, address.node_id, conn.address
+                "event=coordinator_found group=%s node=%d address=%s",
+                self.group_id,
+                address.node_id,
+                conn.address,
             )
         self._coordinator, self._conn, self._lookup_failures = address, conn, 0
         return conn
@@ -202,7 +205,7 @@ class GroupMembership:
         """Forget the coordinator (it moved, or its connection failed); the next request looks it up again."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            log.info("coordinator lost group=%s node=%s reason=%s", self.group_id, conn.node_id, reason)
+            log.info("event=coordinator_lost group=%s node=%s reason=%s", self.group_id, conn.node_id, reason)
             conn.abort()
 
     def _raise_if_closed(self) -> None:
@@ -252,7 +255,7 @@ class GroupMembership:
             self.rejoin_needed = self._requested_while_joining
             self.in_group = True
             log.info(
-                "joined group=%s generation=%d member=%s leader=%s protocol=%s",
+                "event=group_joined group=%s generation=%d member=%s leader=%s protocol=%s",
                 self.group_id,
                 self.generation_id,
                 self.member_id,
@@ -361,7 +364,7 @@ class GroupMembership:
 
     def request_rejoin(self, reason: str) -> None:
         if not self.rejoin_needed or self._joining:
-            log.info("rejoin requested group=%s reason=%s", self.group_id, reason)
+            log.info("event=rejoin_requested group=%s reason=%s", self.group_id, reason)
         self.rejoin_needed = True
         if self._joining:
             self._requested_while_joining = True  # the join under way was built before this change
@@ -384,7 +387,7 @@ class GroupMembership:
             try:
                 await self._heartbeat_once()
             except (KafkaClientError, KafkaError) as error:
-                log.debug("heartbeat failed group=%s error=%s", self.group_id, error)
+                log.debug("event=heartbeat_failed group=%s error=%s", self.group_id, error)
 
     async def _heartbeat_once(self) -> None:
         conn = await self.coordinator(time.monotonic() + self.heartbeat_interval_s)
@@ -407,7 +410,12 @@ class GroupMembership:
         if code == ErrorCode.rebalance_in_progress:
             self.request_rejoin("the coordinator started a rebalance")
         elif code in _MEMBERSHIP_ERRORS:
-            log.warning("dropped from group=%s member=%s error=%s", self.group_id, self.member_id, code.name)
+            log.warning(
+                "event=dropped_from_group group=%s member=%s error=%s",
+                self.group_id,
+                self.member_id,
+                code.name,
+            )
             self.reset_generation(forget_member=code == ErrorCode.unknown_member_id)
             await self.hooks.on_membership_lost()
         elif code in COORDINATOR_ERRORS:
@@ -415,12 +423,13 @@ class GroupMembership:
         elif code == ErrorCode.fenced_instance_id:
             self.fatal = error_for(code, f"group {self.group_id!r}{_advice(code)}")
         else:
-            log.warning("heartbeat error group=%s error=%s", self.group_id, code.name)
+            log.warning("event=heartbeat_error group=%s error=%s", self.group_id, code.name)
 
     async def _poll_interval_exceeded(self) -> None:
         log.warning(
-            "poll() not called for max.poll.interval.ms=%d; leaving group=%s so others take its partitions. "
-            "Process records faster, lower max.poll.records or raise max.poll.interval.ms",
+            "event=poll_interval_exceeded max.poll.interval.ms=%d group=%s action=leave (poll() was not "
+            "called in time, so others take its partitions: process records faster, lower max.poll.records "
+            "or raise max.poll.interval.ms)",
             self.rebalance_timeout_ms,
             self.group_id,
         )
@@ -444,12 +453,12 @@ class GroupMembership:
             )
         except (KafkaClientError, KafkaError) as error:
             log.info(
-                "leave group=%s failed error=%s (the session timeout will remove the member)",
+                "event=leave_group_failed group=%s error=%s (the session timeout will remove the member)",
                 self.group_id,
                 error,
             )
             return
-        log.info("left group=%s member=%s result=%s", self.group_id, member_id, code.name)
+        log.info("event=group_left group=%s member=%s result=%s", self.group_id, member_id, code.name)
 
     # -- committed offsets ------------------------------------------------------------------------
 

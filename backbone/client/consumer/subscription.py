@@ -132,7 +132,10 @@ async def call_listener(listener: Any, callback: str, partitions: set[TopicParti
             await result
     except Exception as error:
         log.warning(
-            "rebalance listener failed callback=%s partitions=%d error=%r", callback, len(partitions), error
+            "event=rebalance_listener_failed callback=%s partitions=%d error=%r",
+            callback,
+            len(partitions),
+            error,
         )
         return error
     return None

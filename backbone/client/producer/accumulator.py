@@ -74,7 +74,10 @@ def run_callback(callback: Callable[..., Any], *args: Any) -> None:
     try:
         callback(*args)
     except Exception:
-        log.exception("producer callback raised callback=%r", callback)
+        log.exception(
+            "event=callback_failed callback=%r (producer callback raised; the record's result stands)",
+            callback,
+        )
 
 
 # -- completions: what record futures read ------------------------------------------------------------

@@ -43,7 +43,7 @@ class IdempotenceState:
         self.producer_id = producer_id
         self.epoch = epoch
         self._reset_sequences()
-        log.info("producer id assigned producer_id=%d epoch=%d", producer_id, epoch)
+        log.info("event=producer_id_assigned producer_id=%d epoch=%d", producer_id, epoch)
 
     def _reset_sequences(self) -> None:
         self._next_sequence.clear()
@@ -83,7 +83,7 @@ class IdempotenceState:
 
     def request_bump(self, tp: TopicPartition, reason: str) -> None:
         if not self.bump_required:
-            log.warning("producer epoch bump requested partition=%s reason=%s", tp, reason)
+            log.warning("event=producer_epoch_bump_requested partition=%s reason=%s", tp, reason)
         self.bump_required = True
 
     def bump(self, waiting: list[ProducerBatch]) -> None:
@@ -100,7 +100,7 @@ class IdempotenceState:
             batch.base_sequence = -1
         self._reset_sequences()
         log.info(
-            "producer epoch bumped producer_id=%d epoch=%d renumbered=%d",
+            "event=producer_epoch_bumped producer_id=%d epoch=%d renumbered=%d",
             self.producer_id,
             self.epoch,
             len(waiting),

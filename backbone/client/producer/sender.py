@@ -275,7 +275,7 @@ class Sender:
         try:
             await self.cluster.connection(node_id)
         except (KafkaConnectionError, KafkaError) as error:
-            log.warning("cannot connect to leader node=%d error=%s", node_id, error)
+            log.warning("event=leader_connect_failed node=%d error=%s", node_id, error)
             self.cluster.request_update()
         finally:
             self._connecting.discard(node_id)
@@ -308,12 +308,12 @@ class Sender:
                 return
             except (KafkaClientError, KafkaError) as error:
                 if not is_retriable(error):
-                    log.error("cannot get a producer id error=%s", error)
+                    log.error("event=producer_id_unavailable error=%s", error)
                     for batch in self.accumulator.take_all():
                         self._fail(batch, error, sequence_gap=False)
                     return
                 attempt += 1
-                log.warning("InitProducerId failed attempt=%d error=%s", attempt, error)
+                log.warning("event=init_producer_id_failed attempt=%d error=%s", attempt, error)
                 await asyncio.sleep(backoff_ms(*self.backoff, attempt) / 1000)
 
     # -- one request ------------------------------------------------------------------------------
@@ -411,7 +411,7 @@ class Sender:
         if self._can_retry(batch, error) and batch.attempts < self.retries and now < batch.deadline:
             batch.attempts += 1
             batch.retry_at = now + backoff_ms(*self.backoff, batch.attempts) / 1000
-            log.warning("retrying batch partition=%s attempt=%d error=%s", batch.tp, batch.attempts, error)
+            log.warning("event=batch_retry partition=%s attempt=%d error=%s", batch.tp, batch.attempts, error)
             self.accumulator.reenqueue(batch)
             return
         self._fail(batch, error, sequence_gap=True)
@@ -438,7 +438,9 @@ class Sender:
         if sequence_gap and self.idempotence is not None and batch.base_sequence >= 0:
             self.idempotence.request_bump(batch.tp, f"batch failed: {type(error).__name__}")
         self.accumulator.pool.release(batch.reserved)
-        log.warning("batch failed partition=%s records=%d error=%s", batch.tp, batch.record_count, error)
+        log.warning(
+            "event=batch_failed partition=%s records=%d error=%s", batch.tp, batch.record_count, error
+        )
         batch.complete(-1, -1, error)
 
     def _expire(self, batch: ProducerBatch, now: float) -> None:
