@@ -2,7 +2,7 @@
 
 `ClusterAuditor` is a consumer group over every topic of one cluster but the internal ones (`__.*`, the
 audit topic among them). It counts the records it reads per topic and time bucket (by record timestamp)
-and publishes the counts (see backbone/client/audit.py for the message format) to the audit topic of the
+and publishes the counts (message format: backbone/client/audit/counts.py) to the audit topic of the
 cluster it is told to publish to. Its offsets are committed only after the counts covering them were
 acknowledged, so a process killed at any moment loses no count; it may count some records twice (the
 ones read after the last commit), which the report shows as extra records at that tier, never as missing.
