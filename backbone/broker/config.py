@@ -72,7 +72,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
             "broker.liveness.probe.interval.ms",
             int,
             500,
-            "how often every broker probes every other broker's listener (liveness.py)",
+            "how often every broker probes every other broker's listener (controller/liveness.py)",
             minimum=50,
         ),
         _P(

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterator, Set
+from typing import TYPE_CHECKING, Any
 
-from backbone.broker.metadata import MetadataListener
+from backbone.broker.metadata_cache import MetadataCache, MetadataListener
 from backbone.consumer_groups.coordinator import CoordinatorSettings, GroupCoordinator
 from backbone.consumer_groups.group_types import GroupConfig
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
-from backbone.protocol.errors import KafkaError, NotEnoughReplicasError, TopicAlreadyExistsError
+from backbone.protocol.errors import KafkaError, TopicAlreadyExistsError
 from backbone.protocol.records import DecodedBatch, decode_batches
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
+    from backbone.broker.config import BrokerConfig
+    from backbone.broker.replica_manager import ReplicaManager
+    from backbone.coordination import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +35,25 @@ LOAD_READ_BYTES = 1 << 20
 
 
 class GroupCoordination(MetadataListener):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
+    def __init__(
+        self,
+        broker_id: int,
+        config: BrokerConfig,
+        cache: MetadataCache,
+        store: ClusterStore,
+        zk: Callable[..., Awaitable[Any]],
+        replicas: ReplicaManager,
+        unreachable: Callable[[], Set[int]],
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.store = store
+        self.zk = zk
+        self.replicas = replicas
+        self._unreachable = unreachable  # the liveness probes' verdict
         self.partition_count: int = config["offsets.topic.num.partitions"]
         self.coordinator = GroupCoordinator(
-            broker.broker_id,
+            broker_id,
             self,
             CoordinatorSettings(
                 partition_count=self.partition_count,
@@ -55,11 +70,10 @@ class GroupCoordination(MetadataListener):
     async def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` unless it exists (the first FindCoordinator of the cluster does)."""
         async with self._creating:
-            broker = self.broker
-            if OFFSETS_TOPIC in broker.cache.topics:
+            if OFFSETS_TOPIC in self.cache.topics:
                 return
-            wanted = broker.config["offsets.topic.replication.factor"]
-            live = max(len(broker.cache.brokers), 1)
+            wanted = self.config["offsets.topic.replication.factor"]
+            live = max(len(self.cache.brokers), 1)
             factor = min(wanted, live)
             if factor < wanted:
                 log.warning(
@@ -72,12 +86,12 @@ class GroupCoordination(MetadataListener):
                 )
             configs = {
                 "cleanup.policy": "compact",
-                "segment.bytes": str(broker.config["offsets.topic.segment.bytes"]),
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
                 "compression.type": "producer",
             }
             try:
-                await broker.zk(
-                    broker.store.create_topic, OFFSETS_TOPIC, self.partition_count, factor, configs=configs
+                await self.zk(
+                    self.store.create_topic, OFFSETS_TOPIC, self.partition_count, factor, configs=configs
                 )
             except TopicAlreadyExistsError:
                 return
@@ -89,29 +103,23 @@ class GroupCoordination(MetadataListener):
 
     def coordinator_of(self, group_id: str) -> int:
         """The broker leading the group's offsets partition, or -1 while it has no live leader."""
-        cache = self.broker.cache
+        cache = self.cache
         leader = cache.leader(OFFSETS_TOPIC, self.coordinator.partition_of(group_id))
-        if leader not in cache.brokers or leader in self.broker.liveness.unreachable:
+        if leader not in cache.brokers or leader in self._unreachable():
             return -1
         return leader
 
     # -- OffsetsLog ---------------------------------------------------------------------------------------
 
     async def append(self, partition: int, records: bytes) -> int:
-        broker = self.broker
-        hosted = broker.replicas.leader_partition(OFFSETS_TOPIC, partition)
-        required = int(broker.replicas.topic_config(OFFSETS_TOPIC, "min.insync.replicas", broker.config))
-        if len(hosted.isr) < required:
-            raise NotEnoughReplicasError(
-                f"{OFFSETS_TOPIC}-{partition} has {len(hosted.isr)} in-sync replicas, "
-                f"min.insync.replicas={required}"
-            )
+        hosted = self.replicas.leader_partition(OFFSETS_TOPIC, partition)
+        required = self.replicas.check_min_insync(hosted, self.config)
         result = hosted.append_as_leader(memoryview(records))
-        await hosted.wait_committed(result.base_offset, broker.config["offsets.commit.timeout.ms"], required)
+        await hosted.wait_committed(result.base_offset, self.config["offsets.commit.timeout.ms"], required)
         return result.base_offset
 
     def read(self, partition: int) -> Iterator[DecodedBatch]:
-        hosted = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        hosted = self.replicas.get(OFFSETS_TOPIC, partition)
         log_ = hosted.log
         offset, end = log_.log_start_offset, log_.log_end_offset
         while offset < end:
@@ -124,11 +132,11 @@ class GroupCoordination(MetadataListener):
                 break  # nothing whole below the end (cannot happen: a read returns its first batch whole)
 
     def partition_exists(self, topic: str, partition: int) -> bool:
-        assignment = self.broker.cache.topics.get(topic)
+        assignment = self.cache.topics.get(topic)
         return assignment is not None and partition in assignment.partitions
 
     async def topic_exists(self, topic: str) -> bool:
-        return await self.broker.zk(self.broker.store.topic_exists, topic)
+        return await self.zk(self.store.topic_exists, topic)
 
     # -- metadata events ----------------------------------------------------------------------------------
 
@@ -140,7 +148,7 @@ class GroupCoordination(MetadataListener):
         if topic != OFFSETS_TOPIC:
             return
         # A topic created elsewhere (or by an older setting) keeps its own partition count: groups hash on it.
-        count = self.broker.cache.partition_count(OFFSETS_TOPIC)
+        count = self.cache.partition_count(OFFSETS_TOPIC)
         if count and count != self.coordinator.partition_count:
             log.warning(
                 "event=offsets_topic_partition_count partitions=%d configured=%d", count, self.partition_count
@@ -151,7 +159,7 @@ class GroupCoordination(MetadataListener):
             self._follow_leadership(partition)
 
     def _follow_leadership(self, partition: int) -> None:
-        hosted = self.broker.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        hosted = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
         if hosted is not None and hosted.is_leader:
             self.coordinator.became_leader(partition, hosted.leader_epoch)
         else:

@@ -1,20 +1,24 @@
 """A broker's Prometheus metrics, served on `metrics.port` (0: none), named `backbone_broker_*`.
 
 What Kafka's operators alert on (docs/operations.md lists every name and its meaning). The hot path pays a
-few counter increments per request and per partition of a produce or fetch, never per record: message
-counts come from the offsets an append assigned. Everything that is a state rather than an event (under-
-replicated partitions, leaders, connections, groups) is computed when Prometheus scrapes (`_StateCollector`).
+few plain integer increments per request and per partition of a produce or fetch, never per record (message
+counts come from the offsets an append assigned), and no prometheus-client call: its counters and
+histograms take a lock and look up their labels on every event, several times the cost. Everything that is
+a state rather than an event (under-replicated partitions, leaders, connections, groups) is computed when
+Prometheus scrapes (`_StateCollector`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from backbone.protocol.api import ApiKey
@@ -38,57 +42,23 @@ def api_name(key: int) -> str:
 
 
 class BrokerMetrics:
+    """The event counts the broker's event loop adds to, with plain increments (no lock, no label lookup:
+    only the loop's thread writes them); `_EventCollector` turns them into Prometheus families when
+    scraped, from the scraping thread, which reads a moment's values."""
+
     def __init__(self, broker: Broker) -> None:
         self.registry = CollectorRegistry()
-        registry = self.registry
-        self.messages_in = Counter(
-            f"{PREFIX}_topic_messages_in",
-            "Records appended by producers, per topic",
-            ["topic"],
-            registry=registry,
-        )
-        self.bytes_in = Counter(
-            f"{PREFIX}_topic_bytes_in",
-            "Record-batch bytes appended by producers, per topic",
-            ["topic"],
-            registry=registry,
-        )
-        self.bytes_out = Counter(
-            f"{PREFIX}_topic_bytes_out", "Record-batch bytes sent to consumers and followers, per topic",
-            ["topic"], registry=registry,
-        )  # fmt: skip
-        self.requests = Counter(
-            f"{PREFIX}_requests",
-            "Requests handled, per API and version",
-            ["api", "version"],
-            registry=registry,
-        )
-        self.errors = Counter(
-            f"{PREFIX}_request_errors",
-            "Requests refused as a whole (connection closed: unreadable, unsupported, undecodable), per API "
-            "and version",
-            ["api", "version"],
-            registry=registry,
-        )
-        self.latency = {
-            phase: Histogram(
-                f"{PREFIX}_request_{phase}_seconds",
-                f"Request {phase} time, per API",
-                ["api"],
-                buckets=LATENCY_BUCKETS,
-                registry=registry,
-            )
-            for phase in PHASES
-        }
+        self._requests: dict[tuple[int, int], _RequestCells] = {}
+        self._errors: dict[tuple[int, int], int] = {}
+        self._topics_in: dict[str, list[int]] = {}  # topic -> [records, bytes]
+        self._bytes_out: dict[str, int] = {}
         self.log_flush = Histogram(
-            f"{PREFIX}_log_flush_seconds", "Time to flush the logs due for a flush", registry=registry
+            f"{PREFIX}_log_flush_seconds", "Time to flush the logs due for a flush", registry=self.registry
         )
-        registry.register(_StateCollector(broker))
-        ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
-        # Per-API children, made once: labels() on every request would cost a dict lookup and a lock more.
-        self._children: dict[tuple[int, int], tuple[Any, ...]] = {}
-        self._topics: dict[str, tuple[Any, Any]] = {}
-        self._bytes_out: dict[str, Any] = {}
+        self.events = _EventCollector(self)
+        self.registry.register(self.events)
+        self.registry.register(_StateCollector(broker))
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_cpu_seconds_total
 
     def request_done(
         self, key: int, version: int, queued: float, started: float, ready: float, remote: float
@@ -96,32 +66,29 @@ class BrokerMetrics:
         """One answered request: `queued` when its frame arrived, `started` when its handler ran, `ready` when
         its answer was ready, `remote` seconds it waited for other brokers or for data (acks=all, long-poll);
         the send ends now."""
-        children = self._children.get((key, version))
-        if children is None:
-            name = api_name(key)
-            children = self._children[(key, version)] = (
-                self.requests.labels(name, str(version)),
-                *(self.latency[phase].labels(name) for phase in PHASES),
-            )
-        count, queue, local, remote_wait, send, total = children
+        cells = self._requests.get((key, version))
+        if cells is None:
+            cells = self._requests[(key, version)] = _RequestCells()
         now = time.monotonic()
-        count.inc()
-        queue.observe(started - queued)
-        local.observe(ready - started - remote)
-        remote_wait.observe(remote)
-        send.observe(now - ready)
-        total.observe(now - queued)
+        cells.count += 1
+        counts, sums = cells.counts, cells.sums
+        for phase, seconds in enumerate(
+            (started - queued, ready - started - remote, remote, now - ready, now - queued)
+        ):
+            counts[phase][bisect_left(LATENCY_BUCKETS, seconds)] += 1  # bucket i: values <= bound i
+            sums[phase] += seconds
 
     def appended(self, topic: str, records: int, size: int) -> None:
         """A producer's record set appended to a partition of `topic` (one call per partition)."""
-        children = self._topics.get(topic)
-        if children is None:
-            children = self._topics[topic] = (self.messages_in.labels(topic), self.bytes_in.labels(topic))
-        children[0].inc(records)
-        children[1].inc(size)
+        cells = self._topics_in.get(topic)
+        if cells is None:
+            cells = self._topics_in[topic] = [0, 0]
+        cells[0] += records
+        cells[1] += size
 
     def sent(self, topics: list[tuple[str, list[Any]]]) -> None:
         """A fetch answer's record bytes per topic (file regions or bytes, by their length)."""
+        bytes_out = self._bytes_out
         for topic, results in topics:
             size = 0
             for result in results:
@@ -130,17 +97,84 @@ class BrokerMetrics:
                     len(records) if isinstance(records, bytes | bytearray | memoryview) else records.length
                 )
             if size:
-                child = self._bytes_out.get(topic)
-                if child is None:
-                    child = self._bytes_out[topic] = self.bytes_out.labels(topic)
-                child.inc(size)
+                bytes_out[topic] = bytes_out.get(topic, 0) + size
 
     def request_failed(self, key: int, version: int) -> None:
-        self.errors.labels(api_name(key), str(version)).inc()
+        self._errors[(key, version)] = self._errors.get((key, version), 0) + 1
 
     def serve(self, port: int, host: str) -> None:
         start_http_server(port, addr=host, registry=self.registry)
         log.info("event=metrics_listening address=%s:%d", host, port)
+
+
+class _RequestCells:
+    """One API version's request count and, per phase, a count per latency bucket (not cumulative; the
+    last one above every bound) and the sum of the latencies."""
+
+    __slots__ = ("count", "counts", "sums")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.counts = [[0] * (len(LATENCY_BUCKETS) + 1) for _ in PHASES]
+        self.sums = [0.0] * len(PHASES)
+
+
+class _EventCollector:
+    """The event counts of `BrokerMetrics` as Prometheus families."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        metrics = self.metrics
+        requests = list(metrics._requests.items())
+        topics_in = list(metrics._topics_in.items())
+        messages_in = _counter("topic_messages_in", "Records appended by producers, per topic", "topic")
+        bytes_in = _counter("topic_bytes_in", "Record-batch bytes appended by producers, per topic", "topic")
+        for topic, (records, size) in topics_in:
+            messages_in.add_metric([topic], records)
+            bytes_in.add_metric([topic], size)
+        yield messages_in
+        yield bytes_in
+        bytes_out = _counter(
+            "topic_bytes_out", "Record-batch bytes sent to consumers and followers, per topic", "topic"
+        )
+        for topic, size in list(metrics._bytes_out.items()):
+            bytes_out.add_metric([topic], size)
+        yield bytes_out
+        counts = _counter("requests", "Requests handled, per API and version", "api", "version")
+        for (key, version), cells in requests:
+            counts.add_metric([api_name(key), str(version)], cells.count)
+        yield counts
+        errors = _counter(
+            "request_errors",
+            "Requests refused as a whole (connection closed: unreadable, unsupported, undecodable), per API "
+            "and version",
+            "api",
+            "version",
+        )
+        for (key, version), count in list(metrics._errors.items()):
+            errors.add_metric([api_name(key), str(version)], count)
+        yield errors
+        bounds = [*map(str, LATENCY_BUCKETS), "+Inf"]
+        for index, phase in enumerate(PHASES):
+            histogram = HistogramMetricFamily(
+                f"{PREFIX}_request_{phase}_seconds", f"Request {phase} time, per API", labels=["api"]
+            )
+            merged: dict[str, tuple[list[int], list[float]]] = {}  # one series per API, its versions together
+            for (key, _), cells in requests:
+                counts, total = merged.setdefault(api_name(key), ([0] * len(bounds), [0.0]))
+                for bucket, count in enumerate(list(cells.counts[index])):
+                    counts[bucket] += count
+                total[0] += cells.sums[index]
+            for name, (counts, total) in sorted(merged.items()):
+                cumulative = list(zip(bounds, itertools.accumulate(counts), strict=True))
+                histogram.add_metric([name], cumulative, total[0])
+            yield histogram
+
+
+def _counter(name: str, help_text: str, *labels: str) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", help_text, labels=list(labels))
 
 
 class _StateCollector:

@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backbone.broker.producer_state import ProducerStateManager
 from backbone.log import Log
 from backbone.log.append import AppendInfo, check_batches, validate_producer_records
+from backbone.log.files import ReadResult
+from backbone.log.producer_state import ProducerStateManager
 from backbone.protocol.errors import (
     InvalidRecordError,
     NotEnoughReplicasAfterAppendError,
@@ -163,6 +164,25 @@ class Partition:
         if self.pending_isr is None:
             return self.isr
         return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
+
+    # -- reads (leader side) ---------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, replica_id: int = -1) -> tuple[ReadResult, int, int]:
+        """Whole batches from `fetch_offset`, with the high watermark and log start offset to answer with.
+
+        A consumer (`replica_id` < 0) reads below the high watermark only. A follower reads up to the log
+        end, and the offset it asks for first tells this leader what it holds (which may move the high
+        watermark and the ISR).
+        """
+        if replica_id >= 0:
+            self.update_follower(replica_id, fetch_offset)
+            max_offset = None
+        else:
+            max_offset = self.log.high_watermark
+        log_ = self.log
+        high_watermark = log_.high_watermark
+        log_start_offset = log_.log_start_offset
+        return log_.read(fetch_offset, max_bytes, max_offset=max_offset), high_watermark, log_start_offset
 
     # -- followers (leader side) ----------------------------------------------------------------------
 

@@ -16,13 +16,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from backbone.broker.metadata import MetadataCache, MetadataListener, TopicPartition
+from backbone.broker.metadata_cache import MetadataCache, MetadataListener, TopicPartition
 from backbone.broker.partition import Partition
 from backbone.broker.replica_fetcher import FetcherSettings, ReplicaFetchers
 from backbone.coordination import CoordinationError, PartitionState, VersionConflictError
 from backbone.log import LogConfig, LogManager
 from backbone.protocol.errors import (
     KafkaError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
@@ -85,6 +86,17 @@ class ReplicaManager(MetadataListener):
         """A topic's override of a broker setting (such as min.insync.replicas), else the broker's value."""
         override = self.topic_configs.get(topic, {}).get(key)
         return broker_config[key] if override is None else override
+
+    def check_min_insync(self, partition: Partition, broker_config: Any) -> int:
+        """The partition's min.insync.replicas, before an acks=all append (a client's or the group
+        coordinator's); NOT_ENOUGH_REPLICAS, with nothing written, when the ISR is smaller."""
+        required = int(self.topic_config(partition.topic, "min.insync.replicas", broker_config))
+        if len(partition.isr) < required:
+            raise NotEnoughReplicasError(
+                f"{partition.topic}-{partition.index} has {len(partition.isr)} in-sync replicas, "
+                f"min.insync.replicas={required}"
+            )
+        return required
 
     # -- metadata events ------------------------------------------------------------------------------
 

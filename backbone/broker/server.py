@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 from backbone.broker.config import BrokerConfig
 from backbone.broker.connection_limits import ConnectionLimits
-from backbone.broker.controller import Controller
+from backbone.broker.controller.control_loop import Controller
+from backbone.broker.controller.liveness import Liveness
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
-from backbone.broker.liveness import Liveness
-from backbone.broker.metadata import MetadataCache, MetadataListener, MetadataSync
+from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
@@ -93,8 +93,18 @@ class Broker(MetadataListener):
                 security=inter_broker_security(config),
             ),
         )
-        self.controller = Controller(self)
-        self.group_coordination = GroupCoordination(self)
+        self.controller = Controller(
+            self.broker_id, self.cache, self.store, self.zk, config, lambda: self.liveness.unreachable
+        )
+        self.group_coordination = GroupCoordination(
+            self.broker_id,
+            config,
+            self.cache,
+            self.store,
+            self.zk,
+            self.replicas,
+            lambda: self.liveness.unreachable,
+        )
         # Handlers reach the group coordinator here (membership, offsets).
         self.group_coordinator = self.group_coordination.coordinator
         self.liveness = Liveness(

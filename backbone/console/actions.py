@@ -387,6 +387,8 @@ async def reassign(request: web.Request) -> web.Response:
             f"brokers {', '.join(map(str, unknown))} are not live on {snapshot.name} (live: {sorted(live)})"
         )
     current = next(p for p in topic.partitions if p.partition == partition)
+    if tuple(replicas) == current.replicas:
+        raise bad(f"{topic.name} partition {partition} already has replicas {replicas}: nothing would move")
     back = f"/clusters/{snapshot.name}/reassignments"
     what = f"{topic.name}/{partition}: {list(current.replicas)} -> {replicas}"
     if form.get("confirmed") != "yes":

@@ -11,12 +11,11 @@ from aiohttp import web
 from backbone.console.app import state
 from backbone.console.pages import (
     CONFIG_SOURCES,
-    _group_history,
     _mirrors,
     audit_grid,
     browse_query,
+    group_history,
     group_of,
-    history_range,
     read_messages,
     retention_outlook,
     topic_of,
@@ -137,6 +136,7 @@ async def topic(request: web.Request) -> web.Response:
                     "replicas": list(p.replicas),
                     "isr": list(p.isr),
                     "out_of_sync": list(p.out_of_sync),
+                    "on_down_brokers": list(p.down),
                     "preferred_leader": p.preferred_leader,
                     "leader_is_preferred": p.leader_is_preferred,
                     "start_offset": p.start_offset,
@@ -193,8 +193,7 @@ async def group(request: web.Request) -> web.Response:
     console = state(request)
     s = console.snapshot(request.match_info["cluster"])
     g = group_of(s, request.match_info["group"])
-    chosen, since = history_range(request)
-    totals, per_partition = await asyncio.to_thread(_group_history, console, g, s.name, since)
+    chosen, totals, per_partition = await group_history(request, s, g)
     return web.json_response(
         {
             **_group_summary(g),
@@ -262,16 +261,42 @@ async def actions(request: web.Request) -> web.Response:
     return web.json_response([a.__dict__ for a in found])
 
 
-def _get(summary: str, *params: str) -> dict[str, Any]:
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+MESSAGES_QUERY = [
+    _query("partition", {"type": "integer", "minimum": 0, "default": 0}, "the partition to read"),
+    _query("offset", {"type": "integer", "minimum": 0}, "the first offset (default: the log start)"),
+    _query(
+        "time", {"type": "string"}, "instead of offset: epoch ms or ISO 8601; the first record at or after"
+    ),
+    _query("limit", {"type": "integer", "minimum": 1, "default": 20}, "how many records"),
+    _query(
+        "format", {"type": "string", "enum": ["text", "json", "hex"], "default": "text"}, "how values show"
+    ),
+]
+RANGE_QUERY = [
+    _query(
+        "range",
+        {"type": "string", "enum": ["1h", "6h", "1d", "7d"], "default": "1h"},
+        "the lag history's span",
+    )
+]
+
+
+def _get(summary: str, *params: str, query: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "get": {
             "summary": summary,
             "parameters": [
                 {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
-            ],
+            ]
+            + (query or []),
             "responses": {
                 "200": {"description": "JSON"},
                 "401": {"description": "not logged in"},
+                "400": {"description": "a query parameter is wrong (the body says which and why)"},
                 "404": {"description": "unknown cluster, topic or group (the body says which)"},
             },
         }
@@ -298,6 +323,7 @@ OPENAPI = {
             "records of one partition (query: partition, offset or time, limit, format text|json|hex)",
             "cluster",
             "topic",
+            query=MESSAGES_QUERY,
         ),
         "/api/clusters/{cluster}/groups": _get("every group's state, lag and status", "cluster"),
         "/api/clusters/{cluster}/groups/{group}": _get(
@@ -305,6 +331,7 @@ OPENAPI = {
             "(query: range 1h|6h|1d|7d)",
             "cluster",
             "group",
+            query=RANGE_QUERY,
         ),
         "/api/mirrors": _get(
             "every mirror's lag and rate, and the audit's completeness per topic and bucket"

@@ -17,6 +17,7 @@ from backbone.console import auth
 from backbone.console.charts import line_chart
 from backbone.console.config import ConsoleConfig
 from backbone.console.history import HistoryStore
+from backbone.console.lag_history import GroupHistoryCache
 from backbone.console.problems import clock
 from backbone.console.sampler import ClusterSampler
 from backbone.console.snapshot import ClusterSnapshot
@@ -61,6 +62,7 @@ class ConsoleState:
         self.config = config
         self.history = history
         self.notifier: Any = None
+        self.group_history = GroupHistoryCache()
         self.samplers = {c.name: ClusterSampler(c, config, history) for c in config.clusters}
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(PACKAGE / "templates"),

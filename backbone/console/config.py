@@ -1,4 +1,4 @@
-"""The console's configuration file (TOML).
+"""The console's configuration file: TOML, or a Java properties file (a name ending in `.properties`).
 
 ```toml
 listeners = "http://127.0.0.1:8080"
@@ -27,6 +27,21 @@ url = "http://alerts.example/hook"
 ```
 
 Dotted keys are TOML tables, so `bootstrap.servers = ...` and `[bootstrap] servers = ...` read the same.
+
+The same as properties: a cluster's, user's, mirror's or webhook's settings are prefixed by the list's name
+and a label of their own (for clusters and users, the label is the name); whole numbers are numbers.
+
+```properties
+listeners=http://127.0.0.1:8080
+sampling.interval.ms=10000
+clusters.dc1.bootstrap.servers=127.0.0.1:9092
+clusters.dc1.role=datacenter
+mirrors.dc1-to-aggregate.source=dc1
+mirrors.dc1-to-aggregate.target=aggregate
+users.alice.role=operator
+users.alice.password.hash=$argon2id$...
+webhooks.alerts.url=http://alerts.example/hook
+```
 """
 
 from __future__ import annotations
@@ -179,9 +194,53 @@ def parse(data: dict[str, Any]) -> ConsoleConfig:
     )
 
 
+LISTS = {"clusters": "name", "users": "name", "mirrors": None, "webhooks": None}  # list: what its label is
+
+
+def _put(table: dict[str, Any], dotted: str, value: Any, where: str) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: {dotted} sets a key inside a value set on another line")
+    if isinstance(table.get(last), dict):
+        raise ConfigError(f"{where}: {dotted} is also the start of longer keys")
+    table[last] = value
+
+
+def parse_properties(text: str) -> dict[str, Any]:
+    """A properties file as the nested tables `parse` takes (see the module's docstring)."""
+    data: dict[str, Any] = {}
+    lists: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in LISTS}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        where = f"line {number}"
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            raise ConfigError(f"{where}: write key=value, not {line!r}")
+        key, raw = line[:cut].strip(), line[cut + 1 :].strip()
+        value: Any = int(raw) if re.fullmatch(r"-?[0-9]+", raw) else raw
+        head, _, rest = key.partition(".")
+        if head in LISTS:
+            label, _, setting = rest.partition(".")
+            if not label or not setting:
+                raise ConfigError(f"{where}: write {head}.LABEL.SETTING=value, not {key}")
+            entry = lists[head].setdefault(label, {} if LISTS[head] is None else {LISTS[head]: label})
+            _put(entry, setting, value, where)
+        else:
+            _put(data, key, value, where)
+    for name, entries in lists.items():
+        if entries:
+            data[name] = list(entries.values())
+    return data
+
+
 def load(path: Path) -> ConsoleConfig:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = parse_properties(text) if path.suffix == ".properties" else tomllib.loads(text)
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:

@@ -59,6 +59,17 @@ def history_range(request: web.Request) -> tuple[str, int]:
     return chosen, int(time.time() * 1000) - RANGES[chosen]
 
 
+async def group_history(request: web.Request, snapshot: ClusterSnapshot, group: GroupState) -> tuple:
+    """(range name, total lag series, per-partition series) for the range the request asks."""
+    console = state(request)
+    chosen, since = history_range(request)
+    rounds = console.samplers[snapshot.name].rounds
+    totals, per_partition = await console.group_history.read(
+        console.history, group, snapshot.name, rounds, chosen, RANGES[chosen], since
+    )
+    return chosen, totals, per_partition
+
+
 def retention_outlook(topic: TopicState) -> list[str]:
     """When retention will next delete, in words, from the oldest record's age and the topic's size."""
     lines = []
@@ -156,11 +167,14 @@ def browse_query(request: web.Request, topic: TopicState) -> dict[str, Any]:
         partition = int(query.get("partition", "0"))
         limit = int(query.get("limit", "20"))
         offset = int(query["offset"]) if query.get("offset", "").strip() else None
-        time_ms = browse.parse_time(query["time"]) if query.get("time", "").strip() else None
     except ValueError as error:
         raise web.HTTPBadRequest(
             text=f"partition, offset and limit must be whole numbers ({error})"
         ) from None
+    try:
+        time_ms = browse.parse_time(query["time"]) if query.get("time", "").strip() else None
+    except browse.BadQuery as error:
+        raise web.HTTPBadRequest(text=str(error)) from None
     fmt = query.get("format", "text")
     if partition not in {p.partition for p in topic.partitions}:
         raise web.HTTPBadRequest(text=f"topic {topic.name} has no partition {partition}")
@@ -221,8 +235,7 @@ async def group_page(request: web.Request) -> web.Response:
     console = state(request)
     snapshot = console.snapshot(request.match_info["cluster"])
     group = group_of(snapshot, request.match_info["group"])
-    chosen, since = history_range(request)
-    totals, per_partition = await asyncio.to_thread(_group_history, console, group, snapshot.name, since)
+    chosen, totals, per_partition = await group_history(request, snapshot, group)
     return render(
         request,
         "group.html",
@@ -234,19 +247,6 @@ async def group_page(request: web.Request) -> web.Response:
         per_partition=per_partition,
         topics=sorted({p.topic for p in group.partitions}),
     )
-
-
-CHARTED_PARTITIONS = 8  # the chart's colours; the table lists every partition
-
-
-def _group_history(console: Any, group: GroupState, cluster: str, since: int) -> tuple[list, list]:
-    """Total lag over time, and lag over time of the partitions lagging most now."""
-    totals = console.history.group_total_series(cluster, group.group_id, since)
-    worst = sorted(group.partitions, key=lambda p: -(p.lag or 0))[:CHARTED_PARTITIONS]
-    wanted = {(p.topic, p.partition) for p in worst}
-    series = console.history.group_lag_series(cluster, group.group_id, since, {t for t, _ in wanted})
-    per_partition = [(f"{t}/{p}", values) for (t, p), values in sorted(series.items()) if (t, p) in wanted]
-    return [("total lag", [(ts, lag) for ts, lag, _ in totals])], per_partition
 
 
 def _mirrors(console: Any) -> list[dict[str, Any]]:

@@ -40,26 +40,22 @@ def _problems(snapshot: ClusterSnapshot) -> list[Problem]:
         found.append(Problem(ERR, f"{name}: {snapshot.error} (since {when}){shown}", base))
         if not snapshot.taken_ms:
             return found
-    for broker in snapshot.brokers_down:
-        found.append(
-            Problem(ERR, f"{name}: broker {broker.id} down since {clock(broker.down_since_ms)}", base)
-        )
+    # A down broker and what it leaves behind read as one sentence ("dc1: broker 2 down since 14:02; 12
+    # partitions under-replicated"); without a down broker each replication figure stands alone.
+    replication = []
+    if snapshot.offline:
+        replication.append((ERR, f"{_plural(snapshot.offline, 'partition')} offline (no live leader)"))
+    if snapshot.under_min_isr:
+        replication.append((ERR, f"{_plural(snapshot.under_min_isr, 'partition')} under min.insync.replicas"))
+    if snapshot.under_replicated:
+        replication.append((WARN, f"{_plural(snapshot.under_replicated, 'partition')} under-replicated"))
+    if snapshot.brokers_down:
+        down = [f"broker {b.id} down since {clock(b.down_since_ms)}" for b in snapshot.brokers_down]
+        found.append(Problem(ERR, f"{name}: " + "; ".join(down + [words for _, words in replication]), base))
     for note in snapshot.notes:
         found.append(Problem(WARN, f"{name}: {note}", base))
-    if snapshot.offline:
-        found.append(
-            Problem(ERR, f"{name}: {_plural(snapshot.offline, 'partition')} offline (no leader)", base)
-        )
-    if snapshot.under_min_isr:
-        found.append(
-            Problem(
-                ERR, f"{name}: {_plural(snapshot.under_min_isr, 'partition')} under min.insync.replicas", base
-            )
-        )
-    if snapshot.under_replicated:
-        found.append(
-            Problem(WARN, f"{name}: {_plural(snapshot.under_replicated, 'partition')} under-replicated", base)
-        )
+    if not snapshot.brokers_down:
+        found.extend(Problem(level, f"{name}: {words}", base) for level, words in replication)
     for group in sorted(snapshot.groups.values(), key=lambda g: -SEVERITY[g.verdict.status]):
         if group.verdict.status != "OK":
             found.append(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import logging
 import time
@@ -39,6 +40,10 @@ from backbone.console.snapshot import (
 log = logging.getLogger(__name__)
 
 AUDIT_WINDOW_MS = 6 * 3_600_000
+# A broker whose log directories are not described within this long is asked whether it still accepts
+# connections: a killed broker's port refuses them at once, while a busy one still accepts (and is only slow).
+PROBE_AFTER_S = 0.25
+PROBE_TIMEOUT_S = 2.0
 RATE_WINDOW_MS = 300_000
 T = TypeVar("T")
 Listener = Callable[[ClusterSnapshot, ClusterSnapshot | None], Awaitable[None]]
@@ -73,6 +78,7 @@ class ClusterSampler:
         )
         self._observations: dict[tuple[str, str, int], collections.deque[Observation]] = {}
         self._known_brokers: dict[int, BrokerState] = {}
+        self._refused_ms: dict[int, int] = {}  # when the watcher last found a broker refusing connections
         self._audit_read_ms = 0
         self.rounds = 0
         self.last_round_s = 0.0
@@ -85,6 +91,7 @@ class ClusterSampler:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.admin.start()
+        watcher = asyncio.create_task(self._watch_brokers(stop), name=f"watch-{self.settings.name}")
         try:
             while not stop.is_set():
                 started = time.monotonic()
@@ -97,7 +104,41 @@ class ClusterSampler:
                     task.cancel()
                 self.woken.clear()
         finally:
+            watcher.cancel()
             await self.admin.close()
+
+    async def _watch_brokers(self, stop: asyncio.Event) -> None:
+        """Between rounds too, twice per interval, see whether a broker that was up now refuses connections:
+        a round can be stuck for a whole request timeout on a broker that died while it ran, and a dead
+        broker must show within two intervals whatever the round is doing."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.config.interval_ms / 2000)
+            current = self.snapshot
+            if not current.taken_ms or current.error:
+                continue
+            up = [b for b in current.brokers.values() if b.up]
+            refused = await asyncio.gather(*(_refuses_connections(b.host, b.port) for b in up))
+            dead = {b.id for b, no in zip(up, refused, strict=True) if no}
+            if not dead or self.snapshot is not current:  # a newer snapshot is judged at the next look
+                continue
+            now = _now_ms()
+            brokers = {}
+            for broker_id, state in current.brokers.items():
+                if broker_id in dead:
+                    state = dataclasses.replace(state, up=False, down_since_ms=now)
+                    self._known_brokers[broker_id] = dataclasses.replace(
+                        self._known_brokers.get(broker_id, state), up=False, down_since_ms=now
+                    )
+                    self._refused_ms[broker_id] = now
+                    log.info(
+                        "event=broker_not_answering cluster=%s broker=%d error=connection refused",
+                        self.settings.name,
+                        broker_id,
+                    )
+                brokers[broker_id] = state
+            _mark_down_replicas(current.topics, brokers)
+            self.snapshot = dataclasses.replace(current, brokers=brokers)
 
     def wake(self) -> None:
         """Sample again now (after an action changed the cluster)."""
@@ -146,7 +187,6 @@ class ClusterSampler:
         notes: list[str] = []
         cluster = await admin.describe_cluster()
         described = await admin.describe_topics()
-        live = {b.node_id for b in cluster.brokers}
         topics = {
             name: TopicState(
                 name,
@@ -172,9 +212,12 @@ class ClusterSampler:
             self._part("log end offsets", self._offsets(led, "latest"), {}, notes),
             # the first record at or after time 0 is the oldest one
             self._part("oldest records", self._offsets(led, 0, timestamps=True), {}, notes),
-            self._log_dirs(sorted(live)),
+            self._log_dirs_publishing_silence(cluster, topics, now),
             self._part("consumer groups", self._group_offsets(), None, notes),
         )
+        for broker_id, refused_ms in self._refused_ms.items():
+            if refused_ms >= now:  # it answered this round before it died: that answer is stale
+                dirs[broker_id] = None
         for name, topic in topics.items():
             found = configs.get(ConfigResource(ConfigResourceType.TOPIC, name))
             kept = previous.topics.get(name)
@@ -197,6 +240,7 @@ class ClusterSampler:
             topics=topics,
             notes=notes,
         )
+        _mark_down_replicas(topics, snapshot.brokers)
         snapshot.groups = previous.groups if group_data is None else self._groups(group_data, ends, now)
         snapshot.mirrors = await self._mirrors()
         await self._audit(snapshot, now)
@@ -229,30 +273,57 @@ class ClusterSampler:
         silent = {b.id for b in previous.brokers.values() if not b.up}
         answering = {b.node_id: None if b.node_id in silent else {} for b in cluster.brokers}
         brokers = self._brokers(cluster.brokers, topics, answering, now)
-        for broker_id, state in brokers.items():
-            if broker_id in previous.brokers:
-                state.size_bytes = previous.brokers[broker_id].size_bytes
-        self.snapshot = dataclasses.replace(
-            previous, taken_ms=now, controller_id=cluster.controller_id, brokers=brokers, topics=topics
-        )
+        self._publish_brokers(previous, brokers, topics, taken_ms=now, controller_id=cluster.controller_id)
 
-    async def _log_dirs(self, brokers: list[int]) -> dict[int, dict | None]:
+    def _publish_brokers(
+        self, base: ClusterSnapshot, brokers: dict[int, BrokerState], topics: dict, **changes: Any
+    ) -> None:
+        """Publish `base` with these brokers (sizes as last read) and topics, their replicas on down brokers
+        marked."""
+        for broker_id, state in brokers.items():
+            if broker_id in base.brokers:
+                state.size_bytes = base.brokers[broker_id].size_bytes
+        _mark_down_replicas(topics, brokers)
+        self.snapshot = dataclasses.replace(base, brokers=brokers, topics=topics, **changes)
+
+    async def _log_dirs_publishing_silence(
+        self, cluster: Any, topics: dict[str, TopicState], now: int
+    ) -> dict[int, dict | None]:
+        """`_log_dirs`; when a broker turns silent, the pages learn it at once, not when the slowest of this
+        round's other reads (some wait on that broker's partitions) ends."""
+        dirs = await self._log_dirs(cluster.brokers)
+        current = self.snapshot
+        newly_silent = [b for b, d in dirs.items() if d is None and current.brokers.get(b, _UP).up]
+        if newly_silent and current.taken_ms == now and not current.error:  # the health-first one
+            answering = {b: None if d is None else {} for b, d in dirs.items()}
+            self._publish_brokers(current, self._brokers(cluster.brokers, topics, answering, now), topics)
+        return dirs
+
+    async def _log_dirs(self, registered: list[Any]) -> dict[int, dict | None]:
         """Each registered broker's replicas; None for a broker that does not answer (registered but dead:
         its ZooKeeper session has not expired yet)."""
 
-        async def ask(broker: int) -> dict | None:
+        async def ask(broker: Any) -> dict | None:
+            request = asyncio.ensure_future(self.admin.describe_log_dirs([broker.node_id]))
             try:
-                return (await self.admin.describe_log_dirs([broker]))[broker]
+                done, _ = await asyncio.wait({request}, timeout=PROBE_AFTER_S)
+                if not done and await _refuses_connections(broker.host, broker.port):
+                    raise ConnectionRefusedError(f"{broker.host}:{broker.port} refuses connections")
+                return (await request)[broker.node_id]
             except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:
                 log.info(
                     "event=broker_not_answering cluster=%s broker=%d error=%s",
                     self.settings.name,
-                    broker,
+                    broker.node_id,
                     error,
                 )
                 return None
+            finally:
+                request.cancel()
 
-        return dict(zip(brokers, await asyncio.gather(*(ask(b) for b in brokers)), strict=True))
+        brokers = sorted(registered, key=lambda b: b.node_id)
+        answers = await asyncio.gather(*(ask(b) for b in brokers))
+        return {b.node_id: answer for b, answer in zip(brokers, answers, strict=True)}
 
     async def _offsets(
         self, partitions: list[TopicPartition], spec: str | int, timestamps: bool = False
@@ -395,6 +466,34 @@ class ClusterSampler:
         for mirror in snapshot.mirrors:
             mirror.records_per_s = _mirror_rate(snapshot, mirror)
         self.history.compact_when_due(now)
+
+
+_UP = BrokerState(-1, None, None, None, up=True)
+
+
+def _mark_down_replicas(topics: dict[str, TopicState], brokers: dict[int, BrokerState]) -> None:
+    down = {b.id for b in brokers.values() if not b.up}
+    for topic in topics.values():
+        for p in topic.partitions:
+            p.down = tuple(r for r in p.replicas if r in down)
+
+
+async def _refuses_connections(host: str | None, port: int | None) -> bool:
+    """True when nothing listens at host:port any more (the connection is refused); a connection that is
+    accepted, or slow to be, says nothing against the broker. The connection carries no request."""
+    if host is None or port is None:
+        return False
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
 
 
 def _mirror_rate(snapshot: ClusterSnapshot, mirror: MirrorState) -> float | None:

@@ -35,6 +35,9 @@ class PartitionState:
     size_bytes: int | None = None
     oldest_ms: int | None = None
     """The oldest retained record's timestamp"""
+    down: tuple[int, ...] = ()
+    """Replicas on brokers the console found down: the cluster keeps a dead broker in the ISR until its
+    ZooKeeper session expires, but its replicas copy nothing from the moment it died."""
 
     @property
     def out_of_sync(self) -> tuple[int, ...]:
@@ -42,11 +45,12 @@ class PartitionState:
 
     @property
     def under_replicated(self) -> bool:
-        return len(self.isr) < len(self.replicas)
+        return len(self.isr) < len(self.replicas) or bool(self.down)
 
     @property
     def offline(self) -> bool:
-        return self.leader < 0
+        """No leader, or a leader on a down broker (until the controller elects another)."""
+        return self.leader < 0 or self.leader in self.down
 
     @property
     def preferred_leader(self) -> int | None:
@@ -102,7 +106,8 @@ class TopicState:
 
     @property
     def under_min_isr(self) -> int:
-        return sum(len(p.isr) < self.min_isr and not p.offline for p in self.partitions)
+        # a down broker still in the ISR (until its session expires) takes no writes: it does not count
+        return sum(len(set(p.isr) - set(p.down)) < self.min_isr and not p.offline for p in self.partitions)
 
     @property
     def size_bytes(self) -> int:

@@ -20,7 +20,6 @@ import logging
 import re
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from backbone.client import (
@@ -37,12 +36,13 @@ from backbone.client import (
     RecordList,
     TopicPartition,
 )
-from backbone.client.admin.mirror_progress import commit_metadata
+from backbone.client.admin.mirror_progress import commit_metadata, copied_topic_id
 from backbone.client.audit import AuditCounter, AuditPublisher
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig, security_settings
 from backbone.mirror.metrics import MirrorMetrics
+from backbone.mirror.state import MirrorStats, PartitionProgress, Route, SentChunk
 from backbone.protocol.errors import InvalidPartitionsError, TopicAlreadyExistsError
 from backbone.protocol.records import KEY, OFFSET, TIMESTAMP, VALUE, Record
 
@@ -53,52 +53,6 @@ _RETRY_BACKOFF_S = 1.0
 _CLOSE_STEP_S = 10.0  # each step of a shutdown waits at most this long
 _MAX_IN_FLIGHT_RECORDS = 100_000  # sent but not yet acknowledged; beyond this, wait for the target
 _SOURCE_CHECK_S = 5.0  # how often copied source topics are checked for new partitions or a new topic id
-
-
-@dataclass
-class _Route:
-    """Where a source topic's records go."""
-
-    target_topic: str
-    source_partitions: int
-    target_partitions: int
-    source_topic_id: str | None = None
-
-    def partition_for(self, source_partition: int) -> int | None:
-        same = self.source_partitions == self.target_partitions
-        return source_partition if same else None  # None: the producer hashes the key
-
-
-@dataclass
-class _PartitionProgress:
-    acknowledged: int | None = None  # next source offset to commit: everything before it is in the target
-    resumed_from: int | None = None  # where copying started: the committed offset, else the log start
-    committed: int | None = None
-    newest_timestamp: int | None = None
-    stopped_reason: str | None = None
-
-
-@dataclass
-class _Stats:
-    partitions: dict[TopicPartition, _PartitionProgress] = field(default_factory=dict)
-
-    def of(self, tp: TopicPartition) -> _PartitionProgress:
-        return self.partitions.setdefault(tp, _PartitionProgress())
-
-
-@dataclass
-class _Chunk:
-    """Records of one source partition sent together, and what became of them."""
-
-    tp: TopicPartition
-    polled: int
-    """Records polled, the skipped ones included."""
-    next_offset: int
-    """The source offset after the chunk's last record: acknowledged once every sent record is."""
-    sent: list[Record]
-    """The records sent, in order (a record that has been in the target cluster is skipped)."""
-    outcomes: list[tuple[int, Any]]
-    """(end, future or exception), in order: `sent` from the previous end up to `end` travel together."""
 
 
 class Mirror(ConsumerRebalanceListener):
@@ -140,16 +94,18 @@ class Mirror(ConsumerRebalanceListener):
         self.target_admin = AsyncAdmin(
             {"bootstrap.servers": config.target_bootstrap, **security_settings(config.producer)}
         )
-        self._routes: dict[str, _Route] = {}
-        self._stats = _Stats()
+        self._routes: dict[str, Route] = {}
+        self._topic_ids: dict[str, str | None] = {}  # source topic -> the id its commits record
+        self._stats = MirrorStats()
         self._last_commit = time.monotonic()
         self._last_progress = (time.monotonic(), 0)
-        self._in_flight: deque[_Chunk] = deque()  # sent, not yet settled, in send order
+        self._in_flight: deque[SentChunk] = deque()  # sent, not yet settled, in send order
         self._in_flight_records = 0
         self._isolating: dict[TopicPartition, int] = {}  # partition -> last offset sent one by one
         self._retrying = False  # a partition was rewound this cycle: back off before reading it again
         self.audit = _audit_publisher(config) if config.audit_bootstrap else None
         self._last_audit = time.monotonic()
+        self._audit_publishing: asyncio.Task[bool] | None = None
         self._last_source_check = time.monotonic()
 
     # -- the cycle ---------------------------------------------------------------------------------
@@ -185,10 +141,16 @@ class Mirror(ConsumerRebalanceListener):
                     await self._commit(None)
                 if self.audit and time.monotonic() - self._last_audit >= self.config.audit_interval_ms / 1000:
                     self._last_audit = time.monotonic()
-                    await self.audit.publish()
+                    self._publish_audit(self.audit)
                 self._report_progress()
         finally:
             await self._close()
+
+    def _publish_audit(self, audit: AuditPublisher) -> None:
+        """Publish the audit counts in the background, one publish at a time: a publish waits up to 30 s for
+        an audit cluster in trouble, and copying must not wait with it (it is idle otherwise)."""
+        if self._audit_publishing is None or self._audit_publishing.done():
+            self._audit_publishing = asyncio.ensure_future(audit.publish())
 
     async def _copy(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Send the polled records; they are counted (and committable) once acknowledged (`_settle_done`)."""
@@ -247,7 +209,7 @@ class Mirror(ConsumerRebalanceListener):
         await self.producer.flush(timeout)
         self._settle_done()
 
-    async def _send(self, route: _Route, tp: TopicPartition, records: list[ConsumerRecord]) -> _Chunk:
+    async def _send(self, route: Route, tp: TopicPartition, records: list[ConsumerRecord]) -> SentChunk:
         """Send one partition's records, each with its provenance header added, in order."""
         target_alias = self.config.target_alias
         prefix = provenance.value_prefix(self.config.source_alias, tp.partition)
@@ -261,7 +223,7 @@ class Mirror(ConsumerRebalanceListener):
                 continue  # it was read from the target cluster: copying it there would send it back
             sent.append(record)
             rows.append((key, value, [*headers, (header, prefix + b"%d" % offset)], timestamp))
-        chunk = _Chunk(tp, len(records), records[-1].offset + 1, sent, [])
+        chunk = SentChunk(tp, len(records), records[-1].offset + 1, sent, [])
         if not rows:
             return chunk
         partition = route.partition_for(tp.partition)
@@ -278,7 +240,7 @@ class Mirror(ConsumerRebalanceListener):
             chunk.outcomes.append((len(rows), error))
         return chunk
 
-    def _settle(self, chunk: _Chunk) -> bool:
+    def _settle(self, chunk: SentChunk) -> bool:
         """Count what the target acknowledged; stop or rewind at the first record it did not (False)."""
         tp, sent = chunk.tp, chunk.sent
         progress = self._stats.of(tp)
@@ -355,14 +317,14 @@ class Mirror(ConsumerRebalanceListener):
 
     # -- target topics -----------------------------------------------------------------------------
 
-    async def _route(self, topic: str, partition: int) -> _Route:
+    async def _route(self, topic: str, partition: int) -> Route:
         route = self._routes.get(topic)
         if route is None or partition >= route.source_partitions:  # new topic, or partitions were added
             route = await self._make_route(topic)
             self._routes[topic] = route
         return route
 
-    async def _make_route(self, topic: str) -> _Route:
+    async def _make_route(self, topic: str) -> Route:
         source = (await self.source_admin.describe_topics([topic]))[topic]
         target_topic = self.config.target_topic(topic)
         count = len(source.partitions)
@@ -387,21 +349,14 @@ class Mirror(ConsumerRebalanceListener):
             except InvalidPartitionsError:
                 pass  # another mirror grew it first
             target = count
-        return _Route(target_topic, count, target, source.topic_id)
+        self._topic_ids[topic] = source.topic_id
+        return Route(target_topic, count, target, source.topic_id)
 
     async def _check_sources(self, topics: set[str]) -> set[str]:
         """Follow the routed source topics: a grown one grows its target; a re-created one (new topic
         id) is copied from its start. Returns the re-created ones."""
         recreated: set[str] = set()
-        if not topics:
-            return recreated
-        try:
-            found = await self.source_admin.describe_topics(topics)
-        except (KafkaError, KafkaClientError) as error:
-            if not getattr(error, "results", None):
-                log.warning("event=mirror_source_check_failed topics=%d error=%r", len(topics), str(error))
-                return recreated
-            found = error.results  # type: ignore[attr-defined]
+        found = await self._describe_sources(topics)
         for topic, source in found.items():
             route = self._routes.get(topic)
             if route is None:
@@ -416,19 +371,23 @@ class Mirror(ConsumerRebalanceListener):
                 self._routes[topic] = await self._make_route(topic)
         return recreated
 
-    async def _source_recreated(self, topic: str, old: _Route, new_id: str | None) -> None:
+    async def _describe_sources(self, topics: set[str]) -> dict[str, Any]:
+        """The source topics' descriptions (those found when some fail); empty when none answered."""
+        if not topics:
+            return {}
+        try:
+            return await self.source_admin.describe_topics(topics)
+        except (KafkaError, KafkaClientError) as error:
+            if not getattr(error, "results", None):
+                log.warning("event=mirror_source_check_failed topics=%d error=%r", len(topics), str(error))
+                return {}
+            return error.results  # type: ignore[attr-defined]
+
+    async def _source_recreated(self, topic: str, old: Route, new_id: str | None) -> None:
         """A source topic deleted and created again is a new topic: copy it from its start into the same
         target topic, which keeps the records copied from the old one (its retention removes them)."""
         partitions = {tp for tp in self.consumer.assignment() if tp.topic == topic}
-        log.warning(
-            "event=mirror_source_topic_recreated topic=%s old_topic_id=%s new_topic_id=%s partitions=%d "
-            "decision=%r",
-            topic,
-            old.source_topic_id,
-            new_id,
-            len(partitions),
-            "copy the new topic from its first offset; the target keeps what was copied from the old one",
-        )
+        _log_recreated(topic, old.source_topic_id, new_id, len(partitions))
         self._forget_in_flight(partitions)
         self._routes[topic] = await self._make_route(topic)
         starts = (
@@ -438,7 +397,7 @@ class Mirror(ConsumerRebalanceListener):
             self._isolating.pop(tp, None)
             start = starts[tp].offset if tp in starts else None
             # The new start is committed at once, so a restart does not resume from the old topic's offsets.
-            self._stats.partitions[tp] = _PartitionProgress(acknowledged=start, resumed_from=start)
+            self._stats.partitions[tp] = PartitionProgress(acknowledged=start, resumed_from=start)
             if start is not None:
                 self.consumer.seek(tp, start)
             self.consumer.resume(tp)
@@ -447,7 +406,9 @@ class Mirror(ConsumerRebalanceListener):
 
     async def _commit(self, partitions: set[TopicPartition] | None) -> None:
         offsets = {
-            tp: OffsetAndMetadata(p.acknowledged, commit_metadata(p.newest_timestamp))
+            tp: OffsetAndMetadata(
+                p.acknowledged, commit_metadata(p.newest_timestamp, self._topic_ids.get(tp.topic))
+            )
             for tp, p in self._stats.partitions.items()
             if p.acknowledged is not None
             and p.acknowledged != p.committed
@@ -484,20 +445,45 @@ class Mirror(ConsumerRebalanceListener):
 
     async def _note_resume_points(self, assigned: set[TopicPartition]) -> None:
         """Where each partition's copy resumes (committed offset, else the log start, as
-        auto.offset.reset=earliest does), so its lag is known before the first acknowledgement."""
+        auto.offset.reset=earliest does), so its lag is known before the first acknowledgement. A partition
+        whose commit names another topic id than its topic's now (deleted and created again while no mirror
+        ran) resumes from the new topic's start."""
+        self.consumer.pause(*assigned)  # nothing is read from the committed offsets before they are judged
+        try:
+            await self._judge_resume_points(assigned)
+        finally:
+            self.consumer.resume(*(assigned & self.consumer.assignment()))
+
+    async def _judge_resume_points(self, assigned: set[TopicPartition]) -> None:
         try:
             committed = await self.consumer.committed(assigned)
-            fresh = {tp: "earliest" for tp in assigned if committed.get(tp) is None}
+            for topic, source in (await self._describe_sources({tp.topic for tp in assigned})).items():
+                self._topic_ids[topic] = source.topic_id
+            recreated = {tp: committed[tp] for tp in assigned if self._copied_another(tp, committed.get(tp))}
+            fresh = {tp: "earliest" for tp in assigned if committed.get(tp) is None or tp in recreated}
             starts = await self.source_admin.list_offsets(fresh) if fresh else {}
         except (KafkaError, KafkaClientError) as error:  # lag stays unknown until the first acknowledgement
             log.warning("event=mirror_resume_points_unknown error=%r", str(error))
             return
-        for tp in assigned:
+        for topic in sorted({tp.topic for tp in recreated}):
+            commits = [c for tp, c in recreated.items() if tp.topic == topic]
+            old_ids = ",".join(sorted({copied_topic_id(c.metadata) or "" for c in commits}))
+            _log_recreated(topic, old_ids, self._topic_ids[topic], len(commits))
+        for tp in assigned & self.consumer.assignment():
             progress = self._stats.of(tp)
             if committed.get(tp) is not None:
                 progress.resumed_from = progress.committed = committed[tp].offset
-            elif tp in starts:
+            if tp in starts:
                 progress.resumed_from = starts[tp].offset
+            if tp in recreated and tp in starts:  # committed at once: the old topic's offset is gone for good
+                progress.acknowledged = starts[tp].offset
+                self.consumer.seek(tp, starts[tp].offset)
+
+    def _copied_another(self, tp: TopicPartition, committed: OffsetAndMetadata | None) -> bool:
+        """The commit was made copying another topic of the same name (one since deleted)."""
+        old_id = copied_topic_id(committed.metadata) if committed is not None else None
+        new_id = self._topic_ids.get(tp.topic)
+        return None not in (old_id, new_id) and old_id != new_id
 
     def _drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
@@ -556,7 +542,11 @@ class Mirror(ConsumerRebalanceListener):
         with contextlib.suppress(KafkaError, KafkaClientError):
             await self._commit(None)
         if self.audit is not None:
-            await self.audit.close()
+            if self._audit_publishing is not None:  # its counts stay unacknowledged: close publishes them
+                self._audit_publishing.cancel()
+                await asyncio.gather(self._audit_publishing, return_exceptions=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.audit.close(_CLOSE_STEP_S), 3 * _CLOSE_STEP_S)
         for closing in (
             self.consumer.close(_CLOSE_STEP_S),
             self.producer.close(_CLOSE_STEP_S),
@@ -565,6 +555,18 @@ class Mirror(ConsumerRebalanceListener):
         ):
             with contextlib.suppress(KafkaError, KafkaClientError, OSError, TimeoutError):
                 await asyncio.wait_for(closing, 2 * _CLOSE_STEP_S)
+
+
+def _log_recreated(topic: str, old_id: str | None, new_id: str | None, partitions: int) -> None:
+    log.warning(
+        "event=mirror_source_topic_recreated topic=%s old_topic_id=%s new_topic_id=%s partitions=%d "
+        "decision=%r",
+        topic,
+        old_id,
+        new_id,
+        partitions,
+        "copy the new topic from its first offset; the target keeps what was copied from the old one",
+    )
 
 
 def _plain(record: ConsumerRecord) -> Record:

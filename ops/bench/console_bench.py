@@ -7,20 +7,29 @@ then every page and API path is asked `--rounds` times; the time from the reques
 to its answer (login, session and CSRF included) is measured in the application itself. Targets: pages
 median < 200 ms, API median < 50 ms.
 
-    python ops/bench/console_bench.py [--topics 200 --partitions 8 --groups 50 --rounds 30] [--write]
+`--before REV` also measures the console as it was at git revision REV, against the same clusters in the
+same run (its own process, its own history database filled the same way), first, so that the two are
+compared under the same load.
+
+    python ops/bench/console_bench.py [--topics 200 --partitions 8 --groups 50 --rounds 30] [--before REV]
+        [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# The code measured: this tree, or (in the process measuring `--before`) the revision extracted for it.
+sys.path.insert(0, os.environ.get("CONSOLE_BENCH_CODE", str(Path(__file__).resolve().parents[2])))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aiohttp import web
@@ -37,6 +46,7 @@ from backbone.coordination import ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol.errors import TopicAlreadyExistsError
 
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ("dc1", "dc2", "aggregate")
 PAGES = [
     "/",
@@ -56,6 +66,9 @@ APIS = [
     "/api/mirrors",
     "/metrics",
 ]
+# A group's page and API answer read its history once per sampling round; asking a different group each
+# round measures that read (the rows above ask group-00 again and again).
+EACH_GROUP_ONCE = "`/api/clusters/dc1/groups/group-NN`, a different group each time"
 
 
 async def fill(bootstrap: str, topics: int, partitions: int, groups: int) -> None:
@@ -103,7 +116,8 @@ def fill_history(store: HistoryStore, topics: int, partitions: int, groups: int)
     return rows
 
 
-async def measure(args: argparse.Namespace, bootstraps: dict[str, str], directory: Path) -> tuple[list, dict]:
+async def measure(args: argparse.Namespace, bootstraps: dict[str, str], directory: Path) -> dict:
+    """{"timings": {path: [seconds, ...]}, "rounds": {cluster: seconds}, "history_rows": n}."""
     config = parse(
         {
             "sampling": {"interval": {"ms": 30_000}},
@@ -155,28 +169,43 @@ async def measure(args: argparse.Namespace, bootstraps: dict[str, str], director
         token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
         await client.post("/login", data={"user": "bench", "password": "bench", "csrf_token": token})
         timings.clear()
-        for _ in range(args.rounds):
-            for path in PAGES + APIS:
+        once = [f"/api/clusters/dc1/groups/group-{1 + i % (args.groups - 1):02d}" for i in range(args.rounds)]
+        for round_number in range(args.rounds):
+            for path in [*PAGES, *APIS, once[round_number]]:
                 answer = await client.get(path)
                 if answer.status != 200:
                     raise SystemExit(f"{path} answered {answer.status}: {(await answer.text())[:300]}")
                 await answer.read()
-    rows = []
-    for path in PAGES + APIS:
-        times = sorted(timings[path])
-        median = statistics.median(times) * 1000
-        p90 = times[int(len(times) * 0.9) - 1] * 1000
-        target = 50 if path.startswith(("/api/", "/metrics")) else 200
-        rows.append(
-            [
-                f"`{path}`",
-                f"{median:.1f} ms",
-                f"{p90:.1f} ms",
-                f"< {target} ms: {'met' if median < target else '**not met**'}",
-            ]
-        )
-    facts = {"rounds": rounds, "history_rows": history_rows}
-    return rows, facts
+        timings[EACH_GROUP_ONCE] = [t for path in set(once) for t in timings.pop(path)]
+    return {"timings": timings, "rounds": rounds, "history_rows": history_rows}
+
+
+def summary(times: list[float]) -> tuple[float, float]:
+    """(median, 90th percentile) in milliseconds."""
+    times = sorted(times)
+    return statistics.median(times) * 1000, times[int(len(times) * 0.9) - 1] * 1000
+
+
+def measure_revision(
+    args: argparse.Namespace, revision: str, bootstraps: dict[str, str], directory: Path
+) -> dict:
+    """`measure` run by the code of git revision `revision`, in a process of its own."""
+    code = directory / f"code-{revision}"
+    code.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "backbone"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+    work = directory / f"measure-{revision}"
+    work.mkdir()
+    child = [sys.executable, __file__, "--measure-only", json.dumps(bootstraps), str(work)]
+    child += ["--rounds", str(args.rounds), "--topics", str(args.topics)]
+    child += ["--partitions", str(args.partitions), "--groups", str(args.groups)]
+    env = {**os.environ, "CONSOLE_BENCH_CODE": str(code), "PYTHONPATH": str(code)}
+    found = subprocess.run(child, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(found.stdout)
 
 
 def main() -> int:
@@ -187,8 +216,14 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--before", metavar="REV", help="also measure git revision REV, in the same run")
     parser.add_argument("--write", action="store_true", help="put the figures into docs/benchmarks.md")
+    parser.add_argument("--measure-only", nargs=2, metavar=("BOOTSTRAPS", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure_only:  # the process measuring `--before`: clusters given, figures to stdout
+        bootstraps, work = json.loads(args.measure_only[0]), Path(args.measure_only[1])
+        print(json.dumps(asyncio.run(measure(args, bootstraps, work))))
+        return 0
     stop_on_termination()
     when = started()
     with tempfile.TemporaryDirectory(prefix="console-bench-") as tmp:
@@ -206,11 +241,28 @@ def main() -> int:
             for bootstrap in bootstraps.values():
                 asyncio.run(fill(bootstrap, args.topics, args.partitions, args.groups))
             print(f"filled three clusters in {time.monotonic() - began:.0f} s", file=sys.stderr)
-            rows, facts = asyncio.run(measure(args, bootstraps, directory))
+            before = measure_revision(args, args.before, bootstraps, directory) if args.before else None
+            facts = asyncio.run(measure(args, bootstraps, directory))
         finally:
             for broker in brokers:
                 broker.stop(timeout=30)
             zookeeper.stop()
+    rows = []
+    for path in [*PAGES, *APIS, EACH_GROUP_ONCE]:
+        target = 50 if path.startswith(("/api/", "/metrics", "`/api/")) else 200
+        median, p90 = summary(facts["timings"][path])
+        row = [path if path == EACH_GROUP_ONCE else f"`{path}`"]
+        if before is not None:
+            row.append("{:.1f} ms / {:.1f} ms".format(*summary(before["timings"][path])))
+        row += [
+            f"{median:.1f} ms",
+            f"{p90:.1f} ms",
+            f"< {target} ms: {'met' if median < target else '**not met**'}",
+        ]
+        rows.append(row)
+    header = ["path", "median", "p90", "target"]
+    if before is not None:
+        header[1:1] = [f"before ({args.before}): median / p90"]
     sampling = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in facts["rounds"].items())
     about = (
         f"3 clusters of one broker, {args.topics} topics x {args.partitions} partitions and {args.groups} "
@@ -219,7 +271,7 @@ def main() -> int:
         f"request (median and 90th percentile of {args.rounds}), measured inside the application. One "
         f"sampling round (every request a page needs, to one cluster): {sampling}."
     )
-    body = figures("console_bench.py", when, about, ["path", "median", "p90", "target"], rows)
+    body = figures("console_bench.py", when, about, header, rows)
     publish("console", "## Web console", body, args.write)
     return 0
 

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.browser
 # A page refreshes itself every interval; what the cluster reports must be on it within two of them
 # (plus the time a sample round and the page's own fetch take on a busy machine).
 TWO_REFRESHES_S = 2 * INTERVAL_MS / 1000 + 2.0
+# From a broker's kill to the overview saying so: two sampling intervals, and the page's own refresh
+# (console.js refreshes every interval, and not more often than once a second).
+BROKER_DOWN_SHOWN_S = 2 * INTERVAL_MS / 1000 + max(1.0, INTERVAL_MS / 1000)
 # The sampler's requests wait up to five seconds for a broker before calling it silent.
 SAMPLER_CATCHES_UP_S = 15.0
 
@@ -33,6 +36,11 @@ def test_every_page_renders_for_an_operator(backbone, browser) -> None:
     console = backbone.data["console"]
     with Producer(bootstrap_servers=dc1(backbone)) as producer:
         producer.send("pageviews", b'{"page": "/home", "user": "ann"}', key=b"ann").get(timeout=30)
+    anonymous = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    anonymous.goto(console["url"] + "clusters/dc1")
+    assert anonymous.locator("h1").inner_text() == "Log in"  # every page asks for a login first
+    shoot(anonymous, "login")
+    anonymous.context.close()
     page = log_in(browser, console)
 
     def cluster_page_lists_the_topic() -> bool:
@@ -54,6 +62,8 @@ def test_every_page_renders_for_an_operator(backbone, browser) -> None:
         ("clusters/dc1/groups", "groups", "Consumer groups"),
         ("mirrors", "mirrors", "Mirrors"),
         ("actions", "actions", "Action log"),
+        ("clusters/dc1/reassignments", "reassignments", "reassignments on dc1"),
+        ("clusters/dc1/topics/no-such-topic", "not-found", "404"),
     ]:
         page.goto(console["url"] + path)
         assert page.locator("h1").inner_text().startswith(heading)
@@ -208,14 +218,46 @@ def test_the_mirrors_page_shows_the_audit_grid_with_incomplete_buckets_in_colour
 
 
 def test_a_killed_broker_shows_on_the_overview_within_two_refreshes(backbone, browser) -> None:
-    """Last in the module: it leaves dc1 with one broker."""
+    """Last in the module: it leaves dc1 with one broker. Timed from the kill itself."""
     console = backbone.data["console"]
     with Admin(bootstrap_servers=dc1(backbone)) as admin:
         admin.create_topics([NewTopic("replicated", 6, 2)])
     page = log_in(browser, console)
-    page.goto(console["url"])
     victim = backbone.data["clusters"]["dc1"]["brokers"][1]
+
+    def console_sampled_the_topic_healthy() -> bool:
+        found = page.request.get(console["url"] + "api/clusters/dc1").json()
+        replicated = [t for t in found["topic_list"] if t["name"] == "replicated"]
+        return found["brokers_up"] == 2 and bool(replicated) and replicated[0]["under_replicated"] == 0
+
+    wait_until(console_sampled_the_topic_healthy, 30, "the console to sample the new topic, healthy")
+    page.goto(console["url"])
+    overview = page.locator("main")  # no reload from here on: the page's own script refreshes it
+    assert f"broker {victim['id']} down" not in overview.inner_text()
+    killed = time.monotonic()
     os.kill(victim["pid"], signal.SIGKILL)
+    wait_until(
+        lambda: (
+            "partitions under-replicated" in overview.inner_text()
+            and f"broker {victim['id']} down since" in overview.inner_text()
+        ),
+        BROKER_DOWN_SHOWN_S,
+        lambda: f"the overview to say so; it says: {overview.inner_text()}",
+        interval=0.05,
+    )
+    shown_after = time.monotonic() - killed
+    print(f"the overview showed the killed broker {shown_after:.2f} s after the kill")
+    assert shown_after <= BROKER_DOWN_SHOWN_S, f"shown {shown_after:.2f} s after the kill"
+    shoot(page, "overview-broker-down")
+    # Every partition has a replica on the dead broker; those it led have no live leader until the controller
+    # elects others (on its own schedule, so their count may already be going down).
+    found = page.request.get(console["url"] + "api/clusters/dc1/topics/replicated").json()
+    assert found["under_replicated"] == 6, found
+    # The cluster itself keeps the dead broker in every ISR until its ZooKeeper session expires; until then
+    # the topic page marks its replicas as on a down broker, and afterwards as out of sync.
+    page.goto(console["url"] + "clusters/dc1/topics/replicated")
+    marked = page.locator("main span.bad", has_text=f"{victim['id']} (")
+    wait_until(lambda: marked.count() == 6, TWO_REFRESHES_S, "all six partitions marking the dead replica")
     with Admin(bootstrap_servers=dc1(backbone), default_api_timeout_ms=5000) as admin:
 
         def cluster_reports_it() -> bool:
@@ -223,32 +265,9 @@ def test_a_killed_broker_shows_on_the_overview_within_two_refreshes(backbone, br
             return all(victim["id"] not in p.isr for p in described.partitions)
 
         wait_until(cluster_reports_it, 60, "the cluster to drop the killed broker from every ISR")
-    # The console's sample can be a request timeout behind the cluster (a round may be waiting on the broker
-    # that just died); once the console knows, the open page must say so within two refreshes.
-    api = console["url"] + "api/clusters/dc1"
-
-    def console_knows() -> bool:
-        found = page.request.get(api).json()
-        down = [b for b in found["broker_list"] if not b["up"]]
-        replicated = next(t for t in found["topic_list"] if t["name"] == "replicated")
-        return replicated["under_replicated"] == 6 and [b["id"] for b in down] == [victim["id"]]
-
-    wait_until(console_knows, SAMPLER_CATCHES_UP_S, "the console's sample to show it")
-    known = time.monotonic()
-    overview = page.locator("main")  # no reload: the page's own script refreshes it
+    out_of_sync = page.locator("main span.bad", has_text="(out of sync)")
     wait_until(
-        lambda: (
-            "partitions under-replicated" in overview.inner_text()
-            and f"broker {victim['id']} down since" in overview.inner_text()
-        ),
-        TWO_REFRESHES_S,
-        lambda: f"the overview to say so; it says: {overview.inner_text()}",
-        interval=0.05,
+        lambda: out_of_sync.count() == 6, SAMPLER_CATCHES_UP_S, "all six partitions marked out of sync"
     )
-    assert time.monotonic() - known <= TWO_REFRESHES_S
-    shoot(page, "overview-broker-down")
-    page.goto(console["url"] + "clusters/dc1/topics/replicated")
-    marked = page.locator("main span.bad", has_text="(out of sync)")
-    wait_until(lambda: marked.count() == 6, TWO_REFRESHES_S, "all six partitions marked out of sync")
     shoot(page, "topic-under-replicated")
     page.context.close()

@@ -1,7 +1,8 @@
 """Failure detection and controlled shutdown on a real 3-broker cluster.
 
 The brokers run with the DEFAULT `zookeeper.session.timeout.ms`: a killed broker's registration outlives it,
-so what moves leadership within seconds is the liveness probe (backbone/broker/liveness.py), not ZooKeeper.
+so what moves leadership within seconds is the liveness probe (backbone/broker/controller/liveness.py),
+not ZooKeeper.
 """
 
 from __future__ import annotations

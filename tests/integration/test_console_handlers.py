@@ -224,6 +224,7 @@ async def test_messages_are_shown_escaped_as_text_json_or_hex(console: TestClien
     for query, said in wrong:
         answer = await console.get(f"/clusters/dc1/topics/clicks/messages?{query}")
         assert answer.status == 400 and said in await answer.text(), query
+        assert "whole numbers" not in await answer.text() or query.startswith(("partition", "limit")), query
 
 
 async def test_group_lag_status_history_metrics_and_an_offset_reset(console: TestClient, broker) -> None:
@@ -269,7 +270,12 @@ async def test_group_lag_status_history_metrics_and_an_offset_reset(console: Tes
     assert 'backbone_console_group_status{cluster="dc1",group="etl"} 2.0' in metrics
     assert 'backbone_console_cluster_reachable{cluster="gone"} 0.0' in metrics
     openapi = await (await console.get("/api/openapi.json")).json()
-    assert "/api/clusters/{cluster}/groups/{group}" in openapi["paths"]
+    group_api = openapi["paths"]["/api/clusters/{cluster}/groups/{group}"]["get"]
+    assert [p["name"] for p in group_api["parameters"]] == ["cluster", "group", "range"]
+    messages_api = openapi["paths"]["/api/clusters/{cluster}/topics/{topic}/messages"]["get"]
+    assert {"partition", "offset", "time", "limit", "format"} <= {
+        p["name"] for p in messages_api["parameters"]
+    }
 
     reset = {"csrf_token": csrf, "topic": "events", "to": "earliest", "value": ""}
     plan = await (await console.post("/clusters/dc1/groups/etl/reset", data=reset)).text()
@@ -320,6 +326,7 @@ async def test_reassign_with_progress_elect_preferred_leaders_and_produce_a_test
         ({"replicas": "2,2"}, "name each new replica"),
         ({"replicas": "3"}, "brokers 3 are not live"),
         ({"replicas": "two"}, "broker ids separated by commas"),
+        ({"replicas": "1,2"}, "already has replicas [1, 2]: nothing would move"),
     ]
     for bad, said in wrong:
         answer = await console.post("/clusters/dc1/topics/moved/reassign", data={**move, **bad})

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 from cli_support import run, spawn
 
-from backbone.broker.reassignment import started
+from backbone.broker.controller.reassignment_decisions import started
 from backbone.client import Admin, NewTopic, Producer, TopicPartition
 from backbone.protocol.errors import (
     InvalidReplicaAssignmentError,

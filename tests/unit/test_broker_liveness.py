@@ -1,12 +1,12 @@
-"""Liveness verdicts (backbone/broker/liveness.py) and what the controller does with dead and stopping
-brokers (backbone/broker/leader_election.py `decide`)."""
+"""Liveness verdicts (backbone/broker/controller/liveness.py) and what the controller does with dead and
+stopping brokers (backbone/broker/controller/leader_decisions.py `decide`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from backbone.broker.leader_election import decide
-from backbone.broker.liveness import Outcome, judge
+from backbone.broker.controller.leader_decisions import decide
+from backbone.broker.controller.liveness import Outcome, judge
 from backbone.coordination import PartitionState
 
 TIMEOUT = 3.0

@@ -11,6 +11,8 @@ from backbone.console.burrow import ERR, OK, WARN, Observation, evaluate_partiti
 from backbone.console.charts import line_chart
 from backbone.console.config import ConfigError, load, parse
 from backbone.console.history import HistoryStore, HistoryUnavailable
+from backbone.console.sampler import _refuses_connections
+from backbone.console.snapshot import PartitionState
 
 pytestmark = pytest.mark.unit
 
@@ -48,6 +50,44 @@ url = "http://127.0.0.1:1/hook"
     assert (config.host, config.port, config.interval_ms) == ("127.0.0.1", 9999, 500)
     assert config.user("alice").role == "operator"
     assert config.webhooks == ("http://127.0.0.1:1/hook",)
+
+
+def test_a_properties_file_reads_as_its_toml_twin(tmp_path: Path) -> None:
+    path = tmp_path / "console.properties"
+    path.write_text(
+        f"""
+# Kafka-style names, one per line
+listeners=http://127.0.0.1:9999
+sampling.interval.ms = 500
+history.url: sqlite:///{tmp_path}/h.db
+clusters.dc1.bootstrap.servers=127.0.0.1:9092
+clusters.aggregate.bootstrap.servers=127.0.0.1:9292
+clusters.aggregate.role=aggregate
+mirrors.dc1-up.source=dc1
+mirrors.dc1-up.target=aggregate
+users.alice.role=operator
+users.alice.password.hash={HASH}
+webhooks.alerts.url=http://127.0.0.1:1/hook
+"""
+    )
+    config = load(path)
+    assert [(c.name, c.role, c.bootstrap_servers) for c in config.clusters] == [
+        ("dc1", "datacenter", "127.0.0.1:9092"),
+        ("aggregate", "aggregate", "127.0.0.1:9292"),
+    ]
+    assert (config.mirrors[0].source, config.mirrors[0].group) == ("dc1", "mirror-dc1-aggregate")
+    assert (config.host, config.port, config.interval_ms) == ("127.0.0.1", 9999, 500)
+    assert config.history_url == f"sqlite:///{tmp_path}/h.db"
+    assert (config.user("alice").role, config.user("alice").password_hash) == ("operator", HASH)
+    assert config.webhooks == ("http://127.0.0.1:1/hook",)
+    for line, said in [
+        ("clusters.dc1=x", "write clusters.LABEL.SETTING=value"),
+        ("listeners", "write key=value"),
+        ("clusters.a.bootstrap.servers=h:1\nsampling.interval.ms=x", "sampling.interval.ms must be a whole"),
+    ]:
+        path.write_text(line + "\n")
+        with pytest.raises(ConfigError, match=said):
+            load(path)
 
 
 @pytest.mark.parametrize(
@@ -146,3 +186,50 @@ def test_charts_escape_names_and_say_when_there_is_no_history() -> None:
     assert "<b>t</b>" not in svg and "&lt;b&gt;t&lt;/b&gt;/0" in svg
     assert svg.count("<polyline") == 1
     assert "no history yet" in line_chart([("x", [])], "t")
+
+
+def test_a_replica_on_a_down_broker_makes_its_partition_under_replicated_before_the_isr_shrinks() -> None:
+    healthy = PartitionState(0, leader=1, replicas=(1, 2), isr=(1, 2))
+    on_dead_broker = PartitionState(1, leader=1, replicas=(1, 2), isr=(1, 2), down=(2,))
+    shrunk = PartitionState(2, leader=1, replicas=(1, 2), isr=(1,))
+    led_by_the_dead = PartitionState(3, leader=2, replicas=(2, 1), isr=(2, 1), down=(2,))
+    assert not healthy.under_replicated and not healthy.offline
+    assert led_by_the_dead.offline and not on_dead_broker.offline  # no live leader until the next election
+    assert on_dead_broker.under_replicated and on_dead_broker.out_of_sync == ()
+    assert shrunk.under_replicated and shrunk.out_of_sync == (2,)
+
+
+async def test_a_port_nobody_listens_on_refuses_and_a_listening_one_does_not() -> None:
+    import asyncio
+
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await _refuses_connections("127.0.0.1", port) is False
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert await _refuses_connections("127.0.0.1", port) is True  # closed now: nothing listens
+    assert await _refuses_connections(None, None) is False  # an address not known says nothing
+
+
+def test_a_down_broker_and_what_it_leaves_behind_read_as_one_sentence() -> None:
+    from backbone.console.problems import problems
+    from backbone.console.snapshot import BrokerState, ClusterSnapshot, TopicState
+
+    partitions = [PartitionState(p, leader=1, replicas=(1, 2), isr=(1, 2), down=(2,)) for p in range(12)]
+    down = ClusterSnapshot(
+        "dc1",
+        "datacenter",
+        taken_ms=1,
+        brokers={1: BrokerState(1, "h", 1, None, True), 2: BrokerState(2, "h", 2, None, False, 0)},
+        topics={"events": TopicState("events", False, partitions)},
+    )
+    assert [p.text for p in problems(down)] == ["dc1: broker 2 down since -; 12 partitions under-replicated"]
+    assert problems(down)[0].severity == ERR
+
+    shrunk = [PartitionState(0, leader=1, replicas=(1, 2), isr=(1,))]
+    alone = ClusterSnapshot(
+        "dc2", "datacenter", taken_ms=1, topics={"events": TopicState("events", False, shrunk)}
+    )
+    assert [(p.severity, p.text) for p in problems(alone)] == [(WARN, "dc2: 1 partition under-replicated")]

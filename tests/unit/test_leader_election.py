@@ -1,12 +1,19 @@
 """Leader choices on demand (ElectLeaders), unclean failover and the automatic preferred-leader rebalance
-(backbone/broker/leader_election.py). Failover among in-sync replicas: tests/unit/test_broker_liveness.py."""
+(backbone/broker/controller/leader_decisions.py). Failover among in-sync replicas:
+tests/unit/test_broker_liveness.py."""
 
 from __future__ import annotations
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.leader_election import PREFERRED, UNCLEAN, decide, elect_on_demand, imbalanced_partitions
+from backbone.broker.controller.leader_decisions import (
+    PREFERRED,
+    UNCLEAN,
+    decide,
+    elect_on_demand,
+    imbalanced_partitions,
+)
 from backbone.coordination import PartitionState
 
 REPLICAS = (1, 2, 3)

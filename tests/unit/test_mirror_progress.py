@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from backbone.client.admin.mirror_progress import commit_metadata, lag_seconds, newest_copied_ms
+from backbone.client.admin.mirror_progress import (
+    commit_metadata,
+    copied_topic_id,
+    lag_seconds,
+    newest_copied_ms,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -14,6 +19,18 @@ def test_the_newest_copied_timestamp_round_trips_and_other_metadata_is_ignored()
     assert commit_metadata(None) == ""
     for other in ("", None, "checkpoint-7", "newest-copied-ms=soon"):
         assert newest_copied_ms(other) is None
+
+
+def test_the_source_topic_id_round_trips_beside_the_timestamp() -> None:
+    metadata = commit_metadata(1_700_000_000_123, "q1Yk3pQ0Rx2mWk8aVbT3Zg")
+    assert metadata == "newest-copied-ms=1700000000123;source-topic-id=q1Yk3pQ0Rx2mWk8aVbT3Zg"
+    assert newest_copied_ms(metadata) == 1_700_000_000_123
+    assert copied_topic_id(metadata) == "q1Yk3pQ0Rx2mWk8aVbT3Zg"
+    assert copied_topic_id(commit_metadata(None, "q1Yk3pQ0Rx2mWk8aVbT3Zg")) == "q1Yk3pQ0Rx2mWk8aVbT3Zg"
+    assert newest_copied_ms(commit_metadata(None, "q1Yk3pQ0Rx2mWk8aVbT3Zg")) is None
+    # Commits written before the id was recorded, and other consumers' metadata, name no topic.
+    for other in ("newest-copied-ms=1700000000123", "", None, "source-topic-id", "checkpoint-7"):
+        assert copied_topic_id(other) is None
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backbone.broker.producer_state import ProducerStateManager
+from backbone.log.producer_state import ProducerStateManager
 from backbone.protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 from backbone.protocol.record_batch import BatchHeader
 

@@ -1,11 +1,12 @@
-"""Partition reassignment decisions (backbone/broker/reassignment.py): the recorded state of a move, which
-targets are refused, the leader and ISR when a move ends or is cancelled, and the topic znode changes."""
+"""Partition reassignment decisions (backbone/broker/controller/reassignment_decisions.py): the recorded
+state of a move, which targets are refused, the leader and ISR when a move ends or is cancelled, and the topic
+znode changes."""
 
 from __future__ import annotations
 
 import pytest
 
-from backbone.broker.reassignment import (
+from backbone.broker.controller.reassignment_decisions import (
     Ongoing,
     begin,
     check_target,

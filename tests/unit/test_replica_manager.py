@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backbone.broker import partition as partition_module
-from backbone.broker.metadata import MetadataCache
+from backbone.broker.metadata_cache import MetadataCache
 from backbone.broker.replica_manager import ReplicaManager
 from backbone.coordination import CoordinationUnavailableError, PartitionState, TopicAssignment
 from backbone.log.manager import LogManager

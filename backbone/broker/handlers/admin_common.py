@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import error_code_of, error_message_of
-from backbone.broker.metadata import MetadataListener
+from backbone.broker.metadata_cache import MetadataListener
 from backbone.coordination import CoordinationError, CoordinationUnavailableError
 
 if TYPE_CHECKING:

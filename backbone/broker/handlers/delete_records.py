@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
+    from backbone.broker.replica_manager import ReplicaManager
     from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ HIGH_WATERMARK = -1
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.DELETE_RECORDS, delete_records_handler(broker.replicas))
+
+
+def delete_records_handler(replicas: ReplicaManager) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DELETE_RECORDS, context.api_version)
@@ -38,7 +43,7 @@ def register(broker: Broker) -> None:
             for asked in topic.partitions:
                 try:
                     low_watermark = await _delete_below(
-                        broker, topic.name, asked.partition_index, asked.offset
+                        replicas, topic.name, asked.partition_index, asked.offset
                     )
                     error = ErrorCode.none
                 except Exception as exc:
@@ -54,12 +59,12 @@ def register(broker: Broker) -> None:
             topics.append(build(module.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(answers)))
         return build(module.DeleteRecordsResponse, throttle_time=throttle(), topics=tuple(topics))
 
-    broker.api_table.register(ApiKey.DELETE_RECORDS, handle)
+    return handle
 
 
-async def _delete_below(broker: Broker, topic: str, index: int, offset: int) -> int:
+async def _delete_below(replicas: ReplicaManager, topic: str, index: int, offset: int) -> int:
     """Move the log start offset of a led partition to `offset`; return the log start offset after."""
-    partition = broker.replicas.leader_partition(topic, index)
+    partition = replicas.leader_partition(topic, index)
     target = partition.high_watermark if offset == HIGH_WATERMARK else offset
     if target < 0:
         raise OffsetOutOfRangeError(f"{topic}-{index}: cannot delete records below offset {offset}")

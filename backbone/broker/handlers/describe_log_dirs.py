@@ -10,15 +10,21 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from backbone.broker.replica_manager import ReplicaManager
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
+    handler = describe_log_dirs_handler(broker.replicas, broker.config.log_dirs)
+    broker.api_table.register(ApiKey.DESCRIBE_LOG_DIRS, handler)
+
+
+def describe_log_dirs_handler(replicas: ReplicaManager, log_dirs: list[str]) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_LOG_DIRS, context.api_version)
@@ -27,8 +33,8 @@ def register(broker: Broker) -> None:
             if request.topics is None
             else {(t.topic, int(p)) for t in request.topics for p in t.partitions}
         )
-        by_dir: dict[str, dict[str, list[Any]]] = {str(d): {} for d in broker.config.log_dirs}
-        for key, partition in sorted(broker.replicas.partitions.items()):
+        by_dir: dict[str, dict[str, list[Any]]] = {str(d): {} for d in log_dirs}
+        for key, partition in sorted(replicas.partitions.items()):
             if wanted is not None and key not in wanted:
                 continue
             hosted = partition.log
@@ -66,4 +72,4 @@ def register(broker: Broker) -> None:
             results=tuple(results),
         )
 
-    broker.api_table.register(ApiKey.DESCRIBE_LOG_DIRS, handle)
+    return handle

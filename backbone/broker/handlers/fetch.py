@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import error_code_of, millis
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.broker.region_sender import Regions
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
@@ -30,17 +30,24 @@ from backbone.wire.chunks import Chunk
 from backbone.wire.fetch import FetchPartitionResult, encode_fetch_response
 
 if TYPE_CHECKING:
+    from backbone.broker.metrics import BrokerMetrics
     from backbone.broker.partition import Partition
+    from backbone.broker.replica_manager import ReplicaManager
+    from backbone.broker.security.authorizer import Authorizer
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.FETCH, fetch_handler(broker.replicas, broker.authorizer, broker.metrics))
+
+
+def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: BrokerMetrics | None) -> Handler:
     async def handle(context: RequestContext) -> list[Chunk]:
         request = context.decode()
         deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
-        denied = _denied(broker, context, request)
+        denied = _denied(authorizer, context, request)
         while True:
-            topics, total, idle, failed = _read(broker, request, denied)
+            topics, total, idle, failed = _read(replicas, request, denied)
             remaining = deadline - time.monotonic()
             if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
@@ -48,11 +55,11 @@ def register(broker: Broker) -> None:
             waited = time.monotonic()
             await _wait_for_append(idle, remaining)
             context.remote_wait_s += time.monotonic() - waited
-        if broker.metrics is not None and total:
-            broker.metrics.sent(topics)
+        if metrics is not None and total:
+            metrics.sent(topics)
         return encode_fetch_response(context.api_version, topics, session_id=0)
 
-    broker.api_table.register(ApiKey.FETCH, handle)
+    return handle
 
 
 async def _wait_for_append(partitions: list[Partition], timeout: float) -> None:
@@ -78,9 +85,8 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def _denied(broker: Broker, context: RequestContext, request: Any) -> frozenset[str]:
+def _denied(authorizer: Authorizer, context: RequestContext, request: Any) -> frozenset[str]:
     """Topics this fetch may not read: followers need CLUSTER_ACTION, consumers READ on each topic."""
-    authorizer = broker.authorizer
     if not authorizer.enabled:
         return frozenset()
     if request.replica_id >= 0:
@@ -92,7 +98,7 @@ def _denied(broker: Broker, context: RequestContext, request: Any) -> frozenset[
 
 
 def _read(
-    broker: Broker, request: Any, denied: frozenset[str] = frozenset()
+    replicas: ReplicaManager, request: Any, denied: frozenset[str] = frozenset()
 ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
     """The answer as it stands, its size, the partitions that added nothing to it, and whether any failed."""
     budget = request.max_bytes
@@ -108,20 +114,15 @@ def _read(
             try:
                 if topic.topic in denied:
                     raise TopicAuthorizationFailedError(f"not authorized to read {topic.topic}")
-                partition = broker.replicas.leader_partition(topic.topic, asked.partition)
+                partition = replicas.leader_partition(topic.topic, asked.partition)
                 # Fetch v4-v8 carry no leader epoch: such a fetcher does not fence.
                 check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
-                hosted_log = partition.log
-                if replica_id >= 0:
-                    partition.update_follower(replica_id, asked.fetch_offset)
-                    max_offset = None
-                else:
-                    max_offset = partition.high_watermark
-                result.high_watermark = partition.high_watermark
-                result.last_stable_offset = partition.high_watermark
-                result.log_start_offset = hosted_log.log_start_offset
                 limit = min(asked.partition_max_bytes, budget)
-                read = hosted_log.read(asked.fetch_offset, max(limit, 0), max_offset=max_offset)
+                read, high_watermark, log_start_offset = partition.read(
+                    asked.fetch_offset, max(limit, 0), replica_id
+                )
+                result.high_watermark = result.last_stable_offset = high_watermark
+                result.log_start_offset = log_start_offset
                 size = read.size
                 if size and (total == 0 or size <= budget):
                     result.records = Regions(read.regions) if len(read.regions) > 1 else read.regions[0]

@@ -13,12 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from backbone.broker.handlers.common import build, error_code_of, error_message_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import CoordinatorError, validate_group_id
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from backbone.broker.group_coordination import GroupCoordination
+    from backbone.broker.metadata_cache import MetadataCache
     from backbone.broker.server import Broker
 
 GROUP_KEY_TYPE = 0
@@ -34,6 +36,11 @@ class Found(NamedTuple):
 
 
 def register(broker: Broker) -> None:
+    handler = find_coordinator_handler(broker.group_coordination, broker.cache)
+    broker.api_table.register(ApiKey.FIND_COORDINATOR, handler)
+
+
+def find_coordinator_handler(coordination: GroupCoordination, cache: MetadataCache) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         version = context.api_version
@@ -43,18 +50,20 @@ def register(broker: Broker) -> None:
         if version >= 4:
             coordinators = []
             for key in request.coordinator_keys:
-                found = await _find(broker, key_type, key, listener)
+                found = await _find(coordination, cache, key_type, key, listener)
                 coordinators.append(build(module.Coordinator, key=key, **found._asdict()))
             return build(
                 module.FindCoordinatorResponse, throttle_time=throttle(), coordinators=tuple(coordinators)
             )
-        found = await _find(broker, key_type, request.key, listener)
+        found = await _find(coordination, cache, key_type, request.key, listener)
         return build(module.FindCoordinatorResponse, throttle_time=throttle(), **found._asdict())
 
-    broker.api_table.register(ApiKey.FIND_COORDINATOR, handle)
+    return handle
 
 
-async def _find(broker: Broker, key_type: int, key: str, listener: str) -> Found:
+async def _find(
+    coordination: GroupCoordination, cache: MetadataCache, key_type: int, key: str, listener: str
+) -> Found:
     if key_type == TRANSACTION_KEY_TYPE:
         return Found(
             ErrorCode.transactional_id_authorization_failed,
@@ -64,7 +73,7 @@ async def _find(broker: Broker, key_type: int, key: str, listener: str) -> Found
         return Found(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
     try:
         validate_group_id(key)
-        await broker.group_coordination.ensure_offsets_topic()
+        await coordination.ensure_offsets_topic()
     except CoordinatorError as exc:
         return Found(exc.code, exc.message)
     except KafkaError as exc:
@@ -73,8 +82,8 @@ async def _find(broker: Broker, key_type: int, key: str, listener: str) -> Found
         )
     except Exception as exc:  # a bug fails this key, not the connection
         return Found(error_code_of(exc), error_message_of(exc))
-    node = broker.group_coordination.coordinator_of(key)
-    address = None if node < 0 else broker.cache.endpoint(node, listener)
+    node = coordination.coordinator_of(key)
+    address = None if node < 0 else cache.endpoint(node, listener)
     if address is None:
         return Found(
             ErrorCode.coordinator_not_available, "the group's offsets partition has no live leader yet"

@@ -9,12 +9,13 @@ from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.handlers.fetch import check_leader_epoch
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 from backbone.protocol.records import OFFSET, TIMESTAMP, decode_batch
 
 if TYPE_CHECKING:
     from backbone.broker.partition import Partition
+    from backbone.broker.replica_manager import ReplicaManager
     from backbone.broker.server import Broker
 
 LATEST = -1
@@ -23,6 +24,10 @@ MAX_TIMESTAMP = -3
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.LIST_OFFSETS, list_offsets_handler(broker.replicas))
+
+
+def list_offsets_handler(replicas: ReplicaManager) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.LIST_OFFSETS, context.api_version)
@@ -31,7 +36,7 @@ def register(broker: Broker) -> None:
             answers = []
             for asked in topic.partitions:
                 try:
-                    partition = broker.replicas.leader_partition(topic.name, asked.partition_index)
+                    partition = replicas.leader_partition(topic.name, asked.partition_index)
                     check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
                     timestamp, offset, epoch = _lookup(partition, asked.timestamp, request.replica_id >= 0)
                     error = ErrorCode.none
@@ -50,7 +55,7 @@ def register(broker: Broker) -> None:
             topics.append(build(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
         return build(module.ListOffsetsResponse, throttle_time=throttle(), topics=tuple(topics))
 
-    broker.api_table.register(ApiKey.LIST_OFFSETS, handle)
+    return handle
 
 
 def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> tuple[int, int, int]:

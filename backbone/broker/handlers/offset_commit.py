@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, by_topic, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
-from backbone.consumer_groups.coordinator import OffsetCommit
+from backbone.broker.network import Handler, RequestContext
+from backbone.consumer_groups.coordinator import GroupCoordinator, OffsetCommit
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.OFFSET_COMMIT, offset_commit_handler(broker.group_coordinator))
+
+
+def offset_commit_handler(coordinator: GroupCoordinator) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.OFFSET_COMMIT, context.api_version)
@@ -35,7 +39,7 @@ def register(broker: Broker) -> None:
             for p in topic.partitions
         ]
         try:
-            results = await broker.group_coordinator.commit_offsets(
+            results = await coordinator.commit_offsets(
                 request.group_id,
                 request.member_id,
                 getattr(request, "group_instance_id", None),
@@ -65,4 +69,4 @@ def register(broker: Broker) -> None:
             ),
         )
 
-    broker.api_table.register(ApiKey.OFFSET_COMMIT, handle)
+    return handle

@@ -11,18 +11,23 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, by_topic, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from backbone.broker.server import Broker
+    from backbone.consumer_groups.coordinator import GroupCoordinator
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.OFFSET_FETCH, offset_fetch_handler(broker.group_coordinator))
+
+
+def offset_fetch_handler(coordinator: GroupCoordinator) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         version = context.api_version
@@ -30,19 +35,24 @@ def register(broker: Broker) -> None:
         if version >= 8:
             groups = tuple(
                 _group_answer(
-                    broker, module, version, g.group_id, g.topics, group_type=module.OffsetFetchResponseGroup
+                    coordinator,
+                    module,
+                    version,
+                    g.group_id,
+                    g.topics,
+                    group_type=module.OffsetFetchResponseGroup,
                 )
                 for g in request.groups
             )
             return build(module.OffsetFetchResponse, throttle_time=throttle(), groups=groups)
-        answer = _group_answer(broker, module, version, request.group_id, request.topics)
+        answer = _group_answer(coordinator, module, version, request.group_id, request.topics)
         return build(module.OffsetFetchResponse, throttle_time=throttle(), **answer)
 
-    broker.api_table.register(ApiKey.OFFSET_FETCH, handle)
+    return handle
 
 
 def _group_answer(
-    broker: Broker,
+    coordinator: GroupCoordinator,
     module: Any,
     version: int,
     group_id: str,
@@ -53,7 +63,7 @@ def _group_answer(
     wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
     error = ErrorCode.none
     try:
-        found = broker.group_coordinator.fetch_offsets(group_id, wanted)
+        found = coordinator.fetch_offsets(group_id, wanted)
     except Exception as exc:
         error = error_code_of(exc)
         found = {}

@@ -13,14 +13,21 @@ from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.handlers.fetch import check_leader_epoch
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
+    from backbone.broker.replica_manager import ReplicaManager
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch_handler(broker.replicas)
+    )
+
+
+def offset_for_leader_epoch_handler(replicas: ReplicaManager) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, context.api_version)
@@ -29,7 +36,7 @@ def register(broker: Broker) -> None:
             answers = []
             for asked in topic.partitions:
                 try:
-                    partition = broker.replicas.leader_partition(topic.topic, asked.partition)
+                    partition = replicas.leader_partition(topic.topic, asked.partition)
                     check_leader_epoch(partition, asked.current_leader_epoch)
                     epoch, end_offset = partition.log.end_offset_for_epoch(asked.leader_epoch)
                     error = ErrorCode.none
@@ -49,4 +56,4 @@ def register(broker: Broker) -> None:
             )
         return build(module.OffsetForLeaderEpochResponse, throttle_time=throttle(), topics=tuple(topics))
 
-    broker.api_table.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, handle)
+    return handle

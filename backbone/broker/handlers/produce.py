@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import error_code_of, error_message_of
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
@@ -21,7 +21,6 @@ from backbone.protocol.errors import (
     InvalidRequiredAcksError,
     InvalidTopicError,
     KafkaError,
-    NotEnoughReplicasError,
     TransactionalIdAuthorizationFailedError,
 )
 from backbone.wire.produce import (
@@ -32,20 +31,30 @@ from backbone.wire.produce import (
 )
 
 if TYPE_CHECKING:
-    from backbone.broker.partition import Partition
+    from backbone.broker.config import BrokerConfig
+    from backbone.broker.metrics import BrokerMetrics
+    from backbone.broker.replica_manager import ReplicaManager
+    from backbone.broker.security.authorizer import Authorizer
     from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
 
 def register(broker: Broker) -> None:
+    handler = produce_handler(broker.replicas, broker.authorizer, broker.config, broker.metrics)
+    broker.api_table.register(ApiKey.PRODUCE, handler)
+
+
+def produce_handler(
+    replicas: ReplicaManager, authorizer: Authorizer, config: BrokerConfig, metrics: BrokerMetrics | None
+) -> Handler:
     async def handle(context: RequestContext) -> list[bytes] | None:
         request = decode_produce_request(context.frame, context.api_version, context.body_offset)
         results: list[tuple[str, list[ProducePartitionResult]]] = []
         acks = request.acks
         for topic in request.topics:
             answers = []
-            if not broker.authorizer.check(context, "WRITE", "TOPIC", topic.name):
+            if not authorizer.check(context, "WRITE", "TOPIC", topic.name):
                 refused = ErrorCode.topic_authorization_failed
                 results.append(
                     (
@@ -57,7 +66,15 @@ def register(broker: Broker) -> None:
             for part in topic.partitions:
                 answers.append(
                     await _produce_partition(
-                        broker, topic.name, part.index, part.records, acks, request, context
+                        replicas,
+                        config,
+                        metrics,
+                        topic.name,
+                        part.index,
+                        part.records,
+                        acks,
+                        request,
+                        context,
                     )
                 )
             results.append((topic.name, answers))
@@ -65,11 +82,13 @@ def register(broker: Broker) -> None:
             return None
         return [encode_produce_response(context.api_version, results)]
 
-    broker.api_table.register(ApiKey.PRODUCE, handle)
+    return handle
 
 
 async def _produce_partition(
-    broker: Broker,
+    replicas: ReplicaManager,
+    config: BrokerConfig,
+    metrics: BrokerMetrics | None,
     topic: str,
     index: int,
     records: memoryview | None,
@@ -86,11 +105,11 @@ async def _produce_partition(
             raise CorruptMessageError("produce request without records")
         if topic == OFFSETS_TOPIC:  # only the group coordinator writes there, in its own format
             raise InvalidTopicError(f"cannot produce to the internal topic {OFFSETS_TOPIC}")
-        partition = broker.replicas.leader_partition(topic, index)
-        min_insync = _check_min_insync(broker, partition) if acks == -1 else 1
+        partition = replicas.leader_partition(topic, index)
+        min_insync = replicas.check_min_insync(partition, config) if acks == -1 else 1
         result = partition.append_as_leader(records)
-        if broker.metrics is not None:
-            broker.metrics.appended(topic, result.records, len(records))
+        if metrics is not None:
+            metrics.appended(topic, result.records, len(records))
         if acks == -1:
             # A retried duplicate waits too: its first attempt may not have been committed yet.
             waited = time.monotonic()
@@ -112,14 +131,3 @@ async def _produce_partition(
         return ProducePartitionResult(
             index, error_code=error_code_of(exc), error_message=error_message_of(exc)
         )
-
-
-def _check_min_insync(broker: Broker, partition: Partition) -> int:
-    """The partition's min.insync.replicas; NOT_ENOUGH_REPLICAS (nothing written) when the ISR is smaller."""
-    required = int(broker.replicas.topic_config(partition.topic, "min.insync.replicas", broker.config))
-    if len(partition.isr) < required:
-        raise NotEnoughReplicasError(
-            f"{partition.topic}-{partition.index} has {len(partition.isr)} in-sync replicas, "
-            f"min.insync.replicas={required}"
-        )
-    return required

@@ -1,13 +1,8 @@
-"""Partition reassignment (KIP-455), driven by the controller through ZooKeeper.
+"""The controller's reassignment work (KIP-455): starting, cancelling and finishing, written to ZooKeeper.
 
-A reassignment of a partition from replicas O to a target T is recorded in the topic's znode:
-replicas = T followed by what of O is not in T, adding = T - O, removing = O - T. The brokers in `adding`
-see themselves assigned and start following the leader (replica_manager.py); the leader adds each to the
-ISR once it has caught up. When every replica of T is in sync, the controller finishes: a new leader from T
-if the current one is leaving, the ISR cut down to T, then replicas = T with no adding/removing, at which
-point the brokers no longer assigned delete their copy. Cancelling finishes the same way towards O (the
-replicas minus `adding`), at once, since O was in sync before. Everything lives in ZooKeeper, so a new
-controller carries on where a dead one stopped; every write is fenced by the controller epoch.
+What to write is decided in reassignment_decisions.py; here it is read from and written to ZooKeeper (every
+write fenced by the controller epoch through fenced_writes.py), so a new controller carries on where a
+dead one stopped.
 """
 
 from __future__ import annotations
@@ -15,14 +10,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from backbone.coordination import CoordinationError, PartitionState, TopicAssignment
+from backbone.broker.controller.fenced_writes import FencedWriter
+from backbone.broker.controller.reassignment_decisions import (
+    Ongoing,
+    begin,
+    check_target,
+    concluded,
+    ongoing,
+    settle,
+    started,
+)
+from backbone.broker.metadata_cache import MetadataCache
+from backbone.coordination import CoordinationError, TopicAssignment
 from backbone.protocol.errors import ErrorCode, KafkaError, NotControllerError
-from backbone.wire.reassignment import PartitionReassignment as Ongoing
-
-if TYPE_CHECKING:
-    from backbone.broker.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -33,127 +35,30 @@ DONE: Outcome = (ErrorCode.none, None)
 _STATE_ATTEMPTS = 3  # a leader may change the ISR between our read and our write: read and decide again
 
 
-def begin(current: Sequence[int], target: Sequence[int]) -> Ongoing:
-    """The recorded state of a reassignment from `current` to `target`."""
-    replicas = (*target, *(r for r in current if r not in target))
-    adding = tuple(r for r in target if r not in current)
-    removing = tuple(r for r in current if r not in target)
-    return Ongoing(replicas, adding, removing)
-
-
-def check_target(target: Sequence[int], current: Sequence[int], live: Set[int]) -> str | None:
-    """Why moving replicas `current` to `target` is invalid (INVALID_REPLICA_ASSIGNMENT), or None.
-
-    Only the brokers that would start copying must be live, as in Kafka: a move away from a dead broker is
-    how an operator replaces it.
-    """
-    if not target:
-        return "the replica list is empty: name at least one broker"
-    if len(set(target)) != len(target):
-        return f"replicas {list(target)} name a broker twice"
-    if any(r < 0 for r in target):
-        return f"replicas {list(target)} include a negative broker id"
-    down = sorted(r for r in set(target) - set(current) if r not in live)
-    if down:
-        return (
-            f"brokers {down} are not live (not registered, unreachable or shutting down; live: "
-            f"{sorted(live)}): start them first or choose live brokers"
-        )
-    return None
-
-
-def settle(keep: Sequence[int], state: PartitionState, live: Set[int]) -> tuple[int, tuple[int, ...]] | None:
-    """Leader and ISR once the replicas are cut down to `keep`; None when no kept replica could lead.
-
-    The leader stays when it is kept and live; otherwise the first kept replica that is live and in sync
-    takes over (assignment order, so the preferred one wins when it can).
-    """
-    isr = tuple(r for r in state.isr if r in keep)
-    if state.leader in keep and state.leader in live:
-        return state.leader, isr
-    candidates = [r for r in keep if r in isr and r in live]
-    if not candidates:
-        return None
-    return candidates[0], isr
-
-
-def ongoing(assignment: TopicAssignment, partition: int) -> Ongoing | None:
-    adding = tuple(assignment.adding_replicas.get(partition, ()))
-    removing = tuple(assignment.removing_replicas.get(partition, ()))
-    if not adding and not removing:
-        return None
-    return Ongoing(tuple(assignment.partitions[partition]), adding, removing)
-
-
-def with_partition(
-    assignment: TopicAssignment, partition: int, state: Ongoing | None, replicas: Sequence[int]
-) -> TopicAssignment:
-    """The assignment with one partition's replicas and reassignment state replaced."""
-    partitions = dict(assignment.partitions)
-    adding = dict(assignment.adding_replicas)
-    removing = dict(assignment.removing_replicas)
-    partitions[partition] = tuple(replicas)
-    adding.pop(partition, None)
-    removing.pop(partition, None)
-    if state is not None:
-        if state.adding:
-            adding[partition] = state.adding
-        if state.removing:
-            removing[partition] = state.removing
-    return TopicAssignment(assignment.topic, partitions, assignment.topic_id, adding, removing)
-
-
-def started(changes: Mapping[int, Sequence[int]]) -> Callable[[TopicAssignment], TopicAssignment]:
-    """The change recording new targets; a partition already moving keeps its original replicas (O)."""
-
-    def change(assignment: TopicAssignment) -> TopicAssignment:
-        for partition, target in changes.items():
-            state = ongoing(assignment, partition)
-            new = begin(state.original if state is not None else assignment.partitions[partition], target)
-            moving = new if new.adding or new.removing else None
-            assignment = with_partition(assignment, partition, moving, new.replicas)
-        return assignment
-
-    return change
-
-
-def concluded(
-    partition: int, seen: Ongoing, keep: Sequence[int]
-) -> Callable[[TopicAssignment], TopicAssignment]:
-    """The change ending a reassignment with replicas `keep`, unless it is no longer the one `seen`."""
-
-    def change(assignment: TopicAssignment) -> TopicAssignment:
-        if ongoing(assignment, partition) != seen:
-            return assignment
-        return with_partition(assignment, partition, None, keep)
-
-    return change
-
-
 class Reassignments:
     """The controller's reassignment work: starting, cancelling and finishing."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(
+        self,
+        cache: MetadataCache,
+        writer: FencedWriter,
+        live_brokers: Callable[[], set[int]],
+        mark_dirty: Callable[[], None],
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.live_brokers = live_brokers
+        self._mark_dirty = mark_dirty  # asks the control loop to look again
         # Requests and the control loop take turns, as Kafka's single controller thread makes them: a move
         # must not be finished from a view taken before a cancellation, nor cancelled halfway through.
         self._lock = asyncio.Lock()
-
-    @property
-    def _broker(self):
-        return self.controller.broker
-
-    def _fence(self) -> int:
-        if self.controller.epoch is None:
-            raise NotControllerError("this broker is no longer the controller")
-        return self.controller.epoch.zk_version
 
     async def in_progress(self, partitions: Iterable[TopicPartition] | None) -> dict[TopicPartition, Ongoing]:
         """Reassignments in progress, read from ZooKeeper: one started or ended a moment ago shows at once,
         whether or not this broker's watches have delivered it yet."""
         wanted = None if partitions is None else set(partitions)
         topics = None if wanted is None else {topic for topic, _ in wanted}
-        assignments = await self._broker.zk(self._broker.store.get_topics, topics)
+        assignments = await self.writer.zk(self.writer.store.get_topics, topics)
         found = {}
         for topic, assignment in assignments.items():
             for partition in assignment.partitions:
@@ -171,8 +76,8 @@ class Reassignments:
         """
         async with self._lock:
             outcomes: dict[TopicPartition, Outcome] = {}
-            live = self.controller.live_brokers()
-            assignments = await self._broker.zk(self._broker.store.get_topics, {t for t, _ in requests})
+            live = self.live_brokers()
+            assignments = await self.writer.zk(self.writer.store.get_topics, {t for t, _ in requests})
             starts: dict[str, dict[int, tuple[int, ...]]] = {}
             cancels: list[tuple[TopicPartition, Ongoing]] = []
             for (topic, partition), target in sorted(requests.items()):
@@ -208,14 +113,7 @@ class Reassignments:
                 starts.setdefault(topic, {})[partition] = tuple(target)
             written = []
             for topic, changes in starts.items():
-                updated = await self._guarded(
-                    self._broker.zk(
-                        self._broker.store.update_topic_assignment,
-                        topic,
-                        started(changes),
-                        controller_epoch_version=self._fence(),
-                    )
-                )
+                updated = await self._guarded(self.writer.update_topic_assignment(topic, started(changes)))
                 if isinstance(updated, tuple):  # reported per partition; the other topics go on
                     outcomes.update(dict.fromkeys(((topic, p) for p in changes), updated))
                     continue
@@ -229,24 +127,24 @@ class Reassignments:
                 outcomes[key] = await self._conclude(key, state, state.original, live, "cancelled")
             # A target already in sync (fewer replicas, another order) finishes now, as in Kafka.
             await self._advance(written, live)
-        self.controller.mark_dirty()
+        self._mark_dirty()
         return outcomes
 
     async def advance(self) -> None:
         """Finish every reassignment whose target replicas are all in sync (called by the control loop)."""
-        moving = [t for t, a in self._broker.cache.topics.items() if a.adding_replicas or a.removing_replicas]
+        moving = [t for t, a in self.cache.topics.items() if a.adding_replicas or a.removing_replicas]
         if not moving:
             return
         async with self._lock:
             # ZooKeeper's word, not the cache's: a move finished a moment ago may not have reached the cache.
-            assignments = await self._broker.zk(self._broker.store.get_topics, moving)
-            await self._advance(list(assignments.values()), self.controller.live_brokers())
+            assignments = await self.writer.zk(self.writer.store.get_topics, moving)
+            await self._advance(list(assignments.values()), self.live_brokers())
 
     async def _advance(self, assignments: Iterable[TopicAssignment], live: Set[int]) -> None:
         for assignment in assignments:
             for partition in sorted(assignment.partitions):
                 state = ongoing(assignment, partition)
-                current = self._broker.cache.states.get((assignment.topic, partition))
+                current = self.cache.states.get((assignment.topic, partition))
                 if state is None or current is None or not all(r in current.isr for r in state.target):
                     continue
                 error, message = await self._conclude(
@@ -271,12 +169,7 @@ class Reassignments:
         if outcome != DONE:
             return outcome
         updated = await self._guarded(
-            self._broker.zk(
-                self._broker.store.update_topic_assignment,
-                topic,
-                concluded(partition, seen, keep),
-                controller_epoch_version=self._fence(),
-            )
+            self.writer.update_topic_assignment(topic, concluded(partition, seen, keep))
         )
         if isinstance(updated, tuple):
             return updated
@@ -292,7 +185,7 @@ class Reassignments:
         """Write the leader and ISR `settle` gives for replicas `keep`, if they differ from ZooKeeper's."""
         topic, partition = key
         for _ in range(_STATE_ATTEMPTS):
-            state = await self._broker.zk(self._broker.store.get_partition_state, topic, partition)
+            state = await self.writer.zk(self.writer.store.get_partition_state, topic, partition)
             settled = settle(keep, state, live)
             if settled is None:
                 return (
@@ -301,7 +194,7 @@ class Reassignments:
                     "can lead; wait for one to catch up, or reassign the partition to replicas that are",
                 )
             leader, isr = settled
-            if (leader, isr) == (state.leader, tuple(state.isr)) or await self.controller._write(
+            if (leader, isr) == (state.leader, tuple(state.isr)) or await self.writer.write_partition_state(
                 topic, partition, state, leader, isr, bump_epoch=leader != state.leader
             ):
                 return DONE

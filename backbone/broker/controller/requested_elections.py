@@ -4,7 +4,7 @@ After a failover, leadership stays where it moved: a broker that comes back foll
 its partitions back. With `auto.leader.rebalance.enable` the controller looks every
 `leader.imbalance.check.interval.seconds` and, for each broker leading too few of the partitions it is the
 preferred replica of (`leader.imbalance.per.broker.percentage`), runs preferred elections for them. The
-choices themselves are leader_election.py's; the writes go through the controller's fenced `_write`.
+choices themselves are leader_decisions.py's; the writes are fenced_writes.py's.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from backbone.broker.leader_election import PREFERRED, elect_on_demand, imbalanced_partitions
+from backbone.broker.config import BrokerConfig
+from backbone.broker.controller.fenced_writes import FencedWriter
+from backbone.broker.controller.leader_decisions import PREFERRED, elect_on_demand, imbalanced_partitions
+from backbone.broker.controller.reassignment_work import Reassignments
+from backbone.broker.metadata_cache import MetadataCache
 from backbone.protocol.errors import ErrorCode, KafkaError, NotControllerError
-
-if TYPE_CHECKING:
-    from backbone.broker.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,19 @@ Outcome = tuple[ErrorCode, str | None]
 
 
 class Elections:
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(
+        self,
+        cache: MetadataCache,
+        config: BrokerConfig,
+        writer: FencedWriter,
+        live_brokers: Callable[[], set[int]],
+        reassignments: Reassignments,
+    ) -> None:
+        self.cache = cache
+        self.config = config
+        self.writer = writer
+        self.live_brokers = live_brokers
+        self.reassignments = reassignments
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -44,11 +56,10 @@ class Elections:
         self, election_type: int, partitions: list[TopicPartition] | None
     ) -> dict[TopicPartition, Outcome]:
         """ElectLeaders: run the asked election on each partition (all when None); the outcome of each."""
-        controller = self.controller
-        if not controller.active:
-            raise NotControllerError(f"broker {controller.broker.broker_id} is not the controller")
-        cache = controller.broker.cache
-        live = controller.live_brokers()
+        if not self.writer.active:
+            raise NotControllerError(f"broker {self.writer.broker_id} is not the controller")
+        cache = self.cache
+        live = self.live_brokers()
         results: dict[TopicPartition, Outcome] = {}
         for key in sorted(cache.states) if partitions is None else partitions:
             state = cache.states.get(key)
@@ -58,7 +69,9 @@ class Elections:
             decision, error = elect_on_demand(election_type, state, cache.replicas(*key), live)
             if error != ErrorCode.none:
                 results[key] = (error, _message(election_type, error))
-            elif decision is not None and await controller._write(*key, state, decision.leader, decision.isr):
+            elif decision is not None and await self.writer.write_partition_state(
+                *key, state, decision.leader, decision.isr
+            ):
                 results[key] = (ErrorCode.none, None)
                 log.info(
                     "event=leader_elected partition=%s-%d election_type=%d leader=%d",
@@ -72,10 +85,10 @@ class Elections:
         return results
 
     async def _rebalance_loop(self) -> None:
-        config = self.controller.broker.config
+        config = self.config
         while True:
             await asyncio.sleep(config["leader.imbalance.check.interval.seconds"])
-            if not self.controller.active or not config["auto.leader.rebalance.enable"]:
+            if not self.writer.active or not config["auto.leader.rebalance.enable"]:
                 continue
             try:
                 await self.rebalance()
@@ -88,16 +101,15 @@ class Elections:
 
     async def rebalance(self) -> None:
         """One automatic check: preferred elections for the brokers above the imbalance threshold."""
-        controller = self.controller
-        cache = controller.broker.cache
+        cache = self.cache
         # As Kafka does, partitions being reassigned are left alone: the reassignment picks their leader.
-        moving = await controller.reassignments.in_progress(None)
+        moving = await self.reassignments.in_progress(None)
         settled = {key: state for key, state in cache.states.items() if key not in moving}
         keys = imbalanced_partitions(
             settled,
             {key: cache.replicas(*key) for key in settled},
-            controller.live_brokers(),
-            controller.broker.config["leader.imbalance.per.broker.percentage"],
+            self.live_brokers(),
+            self.config["leader.imbalance.per.broker.percentage"],
         )
         if keys:
             log.info("event=preferred_leader_rebalance partitions=%d", len(keys))
