@@ -86,7 +86,13 @@ BROKER_PROPERTIES: dict[str, Property] = {
         _P("controlled.shutdown.retry.backoff.ms", int, 5000, minimum=0),
         _P("log.retention.check.interval.ms", int, 300000, minimum=1),
         _P("log.cleaner.enable", bool, True, "compact logs whose cleanup.policy contains compact"),
-        _P("log.cleaner.backoff.ms", int, 15000, "pause between the log cleaner's runs", minimum=1),
+        _P(
+            "log.cleaner.backoff.ms",
+            int,
+            15000,
+            "pause after a log cleaner pass that found nothing to clean",
+            minimum=1,
+        ),
         _P(
             "log.cleaner.dedupe.buffer.size",
             int,

@@ -205,8 +205,7 @@ class Broker(MetadataListener):
             ),
         ]
         if self.config["log.cleaner.enable"]:
-            cleaner_interval_s = self.config["log.cleaner.backoff.ms"] / 1000
-            self._tasks.append(loop.create_task(self._every(cleaner_interval_s, self._clean_logs)))
+            self._tasks.append(loop.create_task(self._run_cleaner()))
         log.info(
             "event=broker_started broker_id=%d cluster_id=%s listeners=%s seconds=%.2f",
             self.broker_id,
@@ -442,8 +441,18 @@ class Broker(MetadataListener):
         if deleted:
             log.info("event=retention segments_deleted=%d", deleted)
 
-    async def _clean_logs(self) -> None:
-        await asyncio.to_thread(self.log_manager.run_cleaner)
+    async def _run_cleaner(self) -> None:
+        """Clean logs back to back while there is work, and pause log.cleaner.backoff.ms only after a pass
+        that found none, as Kafka's cleaner threads do: a log filling faster than one pass cleans is
+        compacted soon after its last write, not a backoff after each pass."""
+        backoff_s = self.config["log.cleaner.backoff.ms"] / 1000
+        while True:
+            await asyncio.sleep(backoff_s)
+            try:
+                while await asyncio.to_thread(self.log_manager.run_cleaner):
+                    pass
+            except Exception:
+                log.exception("event=housekeeping_failed action=clean_logs")
 
     async def _close_idle(self) -> None:
         self.connection_limits.close_idle(self.listeners)

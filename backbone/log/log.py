@@ -114,7 +114,7 @@ class Log:
         # The offset the cleaner must not compact beyond (the broker passes its high watermark); None: the
         # active segment's base offset, the only bound there is anyway.
         self.cleaner_upper_bound: Callable[[], int] | None = None
-        if not loaded.clean:
+        if not loaded.clean and not loaded.fresh:
             self._write_recovery_point()  # recovery moved it to the log end
         self._persist_log_start()
         log.info(

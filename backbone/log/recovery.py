@@ -47,6 +47,8 @@ class LoadedLog:
     clean: bool
     # Whether the log start offset differs from its checkpoint (the log writes it).
     log_start_changed: bool
+    # A directory created just now: nothing in it to recover or checkpoint yet.
+    fresh: bool = False
 
 
 def load_log(
@@ -75,8 +77,8 @@ def _load(
     now_ms: int,
     segments: list[Segment],
 ) -> LoadedLog:
-    with storage_errors("create directory", directory):
-        directory.mkdir(parents=True, exist_ok=True)
+    if not directory.exists():
+        return _create(directory, config, cache, now_ms, segments)
     _remove_temp_files(directory)
     finish_interrupted_swaps(directory)  # a crash during log compaction
     marker = directory / CLEAN_SHUTDOWN_FILE
@@ -131,6 +133,30 @@ def _load(
         epochs=epochs,
         clean=clean,
         log_start_changed=log_start != stored_start,
+    )
+
+
+def _create(
+    directory: Path, config: LogConfig, cache: IndexCache, now_ms: int, segments: list[Segment]
+) -> LoadedLog:
+    """A new, empty log. No checkpoint is written (nor fsynced): without them a later open recovers from
+    offset 0, which for a log with nothing in it is exact, and the first flush writes them. Kafka's new
+    logs write none either; this keeps creating a topic of many partitions cheap."""
+    with storage_errors("create directory", directory):
+        directory.mkdir(parents=True, exist_ok=True)
+    segments.append(Segment.create(directory, 0, now_ms, config, cache))
+    segments[0].active = True
+    cache.forget(segments[0])
+    epochs, _ = LeaderEpochCache.load(directory / CHECKPOINT_NAME)
+    return LoadedLog(
+        segments=segments,
+        log_start_offset=0,
+        log_end_offset=0,
+        recovery_point=0,
+        epochs=epochs,
+        clean=False,
+        log_start_changed=False,
+        fresh=True,
     )
 
 

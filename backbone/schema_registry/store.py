@@ -8,6 +8,10 @@ One writer at a time: an instance about to write reads the topic to its end and 
 advertised URL (`NotLeader`); otherwise this instance appends a claim (or a renewal, when its own lease
 is past half its time), reads to the end again, and writes only if its claim is the one in force. A lease
 is renewed by writing, so a leader that stops is replaced `leader.lease.ms` after its last write.
+
+While its lease has more than half its time left, a leader does not read the topic: no other instance
+can write before the lease runs out, and its own writes were applied when staged. Reading resumes (within
+50 ms) once the lease passes half its time, before any other instance could claim it.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class SchemaLog:
         self._own: set[bytes] = set()  # tags of staged records the tail has not read back yet
         self._sequence = 0
         self._staged: list[Any] = []
+        self._paused = False
         self.consumer = AsyncConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -81,6 +86,9 @@ class SchemaLog:
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": 0,
+                # One produce request at a time: the registrations staged while it is out go together in
+                # the next (a group commit), rather than one request each racing five in flight.
+                "max.in.flight.requests.per.connection": 1,
                 "client.id": f"schema-registry-{instance}",
             }
         )
@@ -112,10 +120,23 @@ class SchemaLog:
         with contextlib.suppress(KafkaError, KafkaClientError, OSError):
             await self.consumer.close()
 
+    def _leading(self) -> bool:
+        """This instance holds the lease with more than half its time left."""
+        lease = self.state.lease
+        return (
+            lease is not None
+            and lease.instance == self.instance
+            and lease.expires_at_ms - time.time() * 1000 > self.lease_ms / 2
+        )
+
     async def _follow(self) -> None:
         while True:
+            leading = self._leading()
+            if leading != self._paused:  # a leader's reads would only bring back its own writes
+                (self.consumer.pause if leading else self.consumer.resume)(self.partition)
+                self._paused = leading
             try:
-                polled = await self.consumer.poll(timeout_ms=500)
+                polled = await self.consumer.poll(timeout_ms=50 if leading else 500)
             except (KafkaError, KafkaClientError, OSError) as error:
                 log.warning("event=schemas_read_failed error=%r", str(error))
                 await asyncio.sleep(0.5)
@@ -160,13 +181,7 @@ class SchemaLog:
         """Make sure this instance holds the lease, with the state read to the end; NotLeader when another
         instance does. While its lease runs no other instance writes, so the state stays current from its
         own appends alone and no read is needed."""
-        now = int(time.time() * 1000)
-        lease = self.state.lease
-        if (
-            lease is not None
-            and lease.instance == self.instance
-            and lease.expires_at_ms - now > self.lease_ms / 2
-        ):
+        if self._leading():
             return
         await self.read_to_end()
         now = int(time.time() * 1000)

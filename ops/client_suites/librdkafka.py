@@ -156,12 +156,16 @@ class LeftOut:
     # Sub-tests (substrings of their names) that are run on their own, each in its own runner: the
     # test's other sub-tests need what `reason` names.
     run_subtests: tuple[str, ...] = ()
+    # The Kafka version the test is told it runs against instead of BROKER_VERSION: the test then leaves
+    # out, by its own checks, the variants that version's Kafka refuses as Backbone does (`reason`).
+    broker_version: str | None = None
 
 
 @dataclass(frozen=True)
 class Job:
     number: str
     subtest: str | None = None
+    broker_version: str | None = None
 
     @property
     def label(self) -> str:
@@ -172,7 +176,10 @@ def left_out() -> dict[str, LeftOut]:
     """Test number -> why it is not run (a feature Backbone leaves out), and the sub-tests run instead."""
     with open(LEFT_OUT_FILE, "rb") as f:
         entries = tomllib.load(f)
-    return {n: LeftOut(e["reason"], tuple(e.get("run_subtests", ()))) for n, e in entries.items()}
+    return {
+        n: LeftOut(e["reason"], tuple(e.get("run_subtests", ())), e.get("broker_version"))
+        for n, e in entries.items()
+    }
 
 
 def parse_summary(output: str) -> dict[str, Outcome]:
@@ -219,6 +226,8 @@ def run_one(tests_dir: Path, job: Job, env: dict[str, str], output_file: Path) -
     # -L: not the tests of librdkafka alone (its unit tests and mock clusters: no broker).
     command = [str(tests_dir / "test-runner"), "-L", "-p1"]
     job_env = {**env, "TESTS": number}
+    if job.broker_version is not None:
+        job_env["TEST_KAFKA_VERSION"] = job.broker_version
     if job.subtest is not None:
         job_env["SUBTESTS"] = job.subtest
     with open(output_file, "w") as out:
@@ -317,7 +326,11 @@ def run_suite(
             jobs.append(Job(number))
             continue
         entry = skipped[number]
-        label = f"{number} (other sub-tests)" if entry.run_subtests else number
+        if entry.broker_version is not None:
+            label = f"{number} (variants Kafka {entry.broker_version} refuses)"
+            jobs.append(Job(number, broker_version=entry.broker_version))
+        else:
+            label = f"{number} (other sub-tests)" if entry.run_subtests else number
         run.outcomes[label] = Outcome(label, "SKIPPED", 0.0, entry.reason)
         jobs.extend(Job(number, subtest) for subtest in entry.run_subtests)
     for scenario in scenarios:

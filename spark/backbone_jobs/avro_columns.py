@@ -73,51 +73,86 @@ def output_schema(reader_schema: dict[str, Any]) -> pa.Schema:
 
 
 class BatchDecoder:
-    """Decodes the value column of Arrow batches from the data source (built on each Spark worker)."""
+    """Decodes the value column of Arrow batches from the data source (built on each Spark worker).
+
+    Only the values become Python objects: the event's fields are decoded record by record (fastavro)
+    and turned into columns at once per batch, while partition, offset and timestamp pass through as the
+    Arrow columns they came in. A writer schema equal to the reader schema is read without resolution."""
 
     def __init__(self, registry_url: str, reader_schema: dict[str, Any]) -> None:
         self.registry_url = registry_url
         self.reader_schema = reader_schema
         self.schema = output_schema(reader_schema)
+        self.event_schema = pa.schema(list(self.schema)[: -len(META)])
         self.registry: RegistryClient | None = None  # made where the decoding runs: it is not picklable
         self.reader: Any = None
+        self.writers: dict[int, tuple[Any, Any]] = {}  # schema id -> (writer, reader or None)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "registry": None, "reader": None}
+        return {**self.__dict__, "registry": None, "reader": None, "writers": {}}
+
+    def _schemas(self, schema_id: int) -> tuple[Any, Any]:
+        found = self.writers.get(schema_id)
+        if found is None:
+            assert self.registry is not None
+            writer = self.registry.schema(schema_id)
+            same = fastavro.parse_schema(writer, _write_hint=False) == fastavro.parse_schema(
+                self.reader_schema, _write_hint=False
+            )
+            found = self.writers[schema_id] = (writer, None if same else self.reader)
+        return found
 
     def decode_one(self, value: bytes | None) -> tuple[int | None, dict[str, Any] | None, str | None]:
         try:
             schema_id = schema_id_of(value)
-            assert self.registry is not None
-            writer = self.registry.schema(schema_id)
-            stream = io.BytesIO(value)
-            stream.seek(5)
-            record = fastavro.schemaless_reader(stream, writer, self.reader)
+            writer, reader = self._schemas(schema_id)
         except UndecodableError as error:
             return None, None, str(error)
+        assert value is not None
+        stream = io.BytesIO(value)
+        stream.seek(5)
+        try:
+            record = fastavro.schemaless_reader(stream, writer, reader)
         except Exception as error:  # any failure of foreign bytes: quarantined with its reason, not fatal
             return schema_id, None, f"does not decode with schema {schema_id}: {error!r}"
+        if stream.tell() != len(value):  # a shorter record read from longer bytes: not what was written
+            return (
+                schema_id,
+                None,
+                f"does not decode with schema {schema_id}: {len(value) - stream.tell()} bytes left over",
+            )
         return schema_id, record, None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.registry is None:
             self.registry = RegistryClient(self.registry_url)
             self.reader = fastavro.parse_schema(self.reader_schema)
+        decode = self.decode_one
         for batch in batches:
-            columns = batch.to_pydict()
-            rows = []
-            for value, partition, offset, stamp in zip(
-                columns["value"], columns["partition"], columns["offset"], columns["timestamp"], strict=True
-            ):
-                schema_id, record, error = self.decode_one(value)
-                row = record or {}
-                row.update(
-                    kafka_partition=partition,
-                    kafka_offset=offset,
-                    kafka_timestamp=stamp,
-                    schema_id=schema_id,
-                    error=error,
-                    raw=value if error else None,
-                )
-                rows.append(row)
-            yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+            values = batch.column("value").to_pylist()
+            records: list[dict[str, Any]] = []
+            ids: list[int | None] = []
+            errors: list[str | None] = []
+            failed = False
+            for value in values:
+                schema_id, record, error = decode(value)
+                records.append(record if record is not None else {})
+                ids.append(schema_id)
+                errors.append(error)
+                failed = failed or error is not None
+            event = pa.RecordBatch.from_pylist(records, schema=self.event_schema)
+            n = len(values)
+            raw = (
+                pa.array([v if e else None for v, e in zip(values, errors, strict=True)], pa.binary())
+                if failed
+                else pa.nulls(n, pa.binary())
+            )
+            meta = [
+                batch.column("partition").cast(pa.int32()),
+                batch.column("offset").cast(pa.int64()),
+                batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+                pa.array(ids, pa.int32()),
+                pa.array(errors, pa.string()) if failed else pa.nulls(n, pa.string()),
+                raw,
+            ]
+            yield pa.RecordBatch.from_arrays(event.columns + meta, schema=self.schema)

@@ -9,8 +9,11 @@ position the last committed run reached to the end it finds at its start (throug
 source), decodes the Avro values through the registry into the subject's latest schema's columns
 (avro_columns.py), writes Parquet by event time under <topic>/dt=YYYY-MM-DD/hour=HH/ and undecodable
 records to _quarantine/, commits, publishes its counts as the `etl` audit tier and marks the hours the
-audit proves complete (completeness.py). A retention gap (records deleted before they were loaded) stops
-the run unless --no-fail-on-data-loss, which loads from the earliest record left and reports the gap.
+audit proves complete (completeness.py). A retention gap (records deleted before they were loaded) is
+reported by partition and offsets; per --retention-gap it stops the run before anything is written
+(`fail`, the default) or the run loads from the earliest record left and records the gap in its
+manifest and in `_quarantine/<topic>/run=N/retention_gap.json` (`quarantine`). Never a silent skip: the
+data source reads with failOnDataLoss, so records deleted while the run reads fail it too.
 """
 
 from __future__ import annotations
@@ -52,7 +55,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline-tier", default="producer", help="tiers an hour must match, comma separated"
     )
-    parser.add_argument("--no-fail-on-data-loss", dest="fail_on_data_loss", action="store_false")
+    parser.add_argument(
+        "--retention-gap",
+        choices=("fail", "quarantine"),
+        default="fail",
+        help="records deleted before they were loaded: stop (default), or load the rest and record the gap",
+    )
+    parser.add_argument(
+        "--no-fail-on-data-loss",
+        dest="retention_gap",
+        action="store_const",
+        const="quarantine",
+        help="the same as --retention-gap quarantine",
+    )
     return parser.parse_args(argv)
 
 
@@ -77,9 +92,10 @@ def session(master: str | None, app: str = "backbone-hourly-load") -> Any:
 
 
 def offset_ranges(
-    bootstrap: str, topic: str, positions: dict[str, int], fail_on_data_loss: bool
-) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """partition -> [from, until) of `topic`'s new records, and per partition the records retention lost."""
+    bootstrap: str, topic: str, positions: dict[str, int]
+) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]]:
+    """partition -> [from, until) of `topic`'s new records, and partition -> the gap retention made there
+    ({"from", "until", "records"}: offsets deleted before they were loaded)."""
     with Consumer(bootstrap_servers=bootstrap) as consumer:
         found = consumer.partitions_for_topic(topic)
         if not found:
@@ -87,20 +103,26 @@ def offset_ranges(
         partitions = [TopicPartition(topic, p) for p in sorted(found)]
         beginnings = consumer.beginning_offsets(partitions)
         ends = consumer.end_offsets(partitions)
-    ranges, lost = {}, {}
+    ranges, gaps = {}, {}
     for tp in partitions:
         start = positions.get(str(tp.partition), beginnings[tp])
         if start < beginnings[tp]:
-            lost[str(tp.partition)] = beginnings[tp] - start
-            if fail_on_data_loss:
-                raise SystemExit(
-                    f"hourly_load: {topic}[{tp.partition}] lost offsets {start}..{beginnings[tp] - 1} to "
-                    "retention before they were loaded; rerun with --no-fail-on-data-loss to load from the "
-                    "earliest record left"
-                )
+            gaps[str(tp.partition)] = {
+                "from": start,
+                "until": beginnings[tp],
+                "records": beginnings[tp] - start,
+            }
             start = beginnings[tp]
         ranges[str(tp.partition)] = [start, ends[tp]]
-    return ranges, lost
+    return ranges, gaps
+
+
+def describe_gaps(gaps: dict[str, dict[str, dict[str, int]]]) -> str:
+    return ", ".join(
+        f"{topic}[{partition}] offsets {gap['from']}..{gap['until'] - 1} ({gap['records']} records)"
+        for topic, by_partition in sorted(gaps.items())
+        for partition, gap in sorted(by_partition.items(), key=lambda item: int(item[0]))
+    )
 
 
 def load_topic(
@@ -118,6 +140,7 @@ def load_topic(
         .option("assign", json.dumps({topic: [int(p) for p in ranges]}))
         .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
         .option("endingOffsets", json.dumps({topic: {p: r[1] for p, r in ranges.items()}}))
+        .option("failOnDataLoss", "true")  # deleted while this run reads: fail; the next run reports it
         .load()
         .select("value", "partition", "offset", "timestamp")
     )
@@ -156,16 +179,46 @@ def load_topic(
     return {"hours": hours, "audit": audit, "quarantined": quarantined}
 
 
+def finish(
+    args: argparse.Namespace, files: Files, manifests: Manifests, manifest: dict[str, Any]
+) -> dict[str, list[str]]:
+    """After a committed run's files are in place: publish its counts (idempotent), mark the hours the
+    audit proves complete, then mark the run audited; a crash anywhere here is finished by the next run."""
+    completeness.publish_counts(args.bootstrap_server, args.audit_topic, args.warehouse, manifest)
+    touched = {topic: set(hours) for topic, hours in manifest["counts"].items()}
+    pending = mark_hours(args, files, touched)
+    manifests.mark(manifest["run"], "audited")
+    return pending
+
+
+def mark_hours(args: argparse.Namespace, files: Files, touched: dict[str, set[str]]) -> dict[str, list[str]]:
+    baseline = [t.strip() for t in args.baseline_tier.split(",") if t.strip()]
+    return completeness.mark_complete_hours(files, args.bootstrap_server, args.audit_topic, touched, baseline)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     spark = session(args.master)
     files = Files(spark, args.warehouse)
     manifests = Manifests(files)
     for unaudited in manifests.recover():
-        completeness.publish_counts(args.bootstrap_server, args.audit_topic, args.warehouse, unaudited)
-        manifests.mark(unaudited["run"], "audited")
+        print(f"hourly_load: finishing committed run {unaudited['run']}", file=sys.stderr, flush=True)
+        finish(args, files, manifests, unaudited)
     latest = manifests.latest()
     number = (latest["run"] if latest else 0) + 1
     positions: dict[str, dict[str, int]] = latest["offsets"] if latest else {}
+    topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+    planned = {
+        topic: offset_ranges(args.bootstrap_server, topic, positions.get(topic, {})) for topic in topics
+    }
+    gaps = {topic: gap for topic, (_, gap) in planned.items() if gap}
+    if gaps:
+        log.warning("event=load_retention_gap run=%d gaps=%s", number, json.dumps(gaps, sort_keys=True))
+        if args.retention_gap == "fail":
+            raise SystemExit(
+                "hourly_load: records were deleted (retention) before they were loaded: "
+                f"{describe_gaps(gaps)}; nothing was loaded. Rerun with --retention-gap quarantine to load "
+                "from the earliest record left and record the gap."
+            )
     staging_relative = f"{STAGING}/{run_name(number)}"
     staging = files.url(staging_relative)
     manifest: dict[str, Any] = {
@@ -174,26 +227,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ranges": {},
         "counts": {},
         "quarantined": {},
-        "data_loss": {},
+        "data_loss": gaps,
         "audit": [],
         "files": [],
     }
-    for topic in [t.strip() for t in args.topics.split(",") if t.strip()]:
-        ranges, lost = offset_ranges(
-            args.bootstrap_server, topic, positions.get(topic, {}), args.fail_on_data_loss
-        )
-        if lost:
-            manifest["data_loss"][topic] = lost
-            log.warning("event=load_data_loss topic=%s lost=%s", topic, lost)
+    for topic, (ranges, gap) in planned.items():
         manifest["offsets"][topic] = {p: r[1] for p, r in ranges.items()}
         new = {p: r for p, r in ranges.items() if r[1] > r[0]}
-        if not new:
-            continue
-        manifest["ranges"][topic] = new
-        counts = load_topic(spark, args, topic, new, staging)
-        manifest["counts"][topic] = counts["hours"]
-        manifest["quarantined"][topic] = counts["quarantined"]
-        manifest["audit"] += counts["audit"]
+        if new:
+            manifest["ranges"][topic] = new
+            counts = load_topic(spark, args, topic, new, staging)
+            manifest["counts"][topic] = counts["hours"]
+            manifest["quarantined"][topic] = counts["quarantined"]
+            manifest["audit"] += counts["audit"]
+        if gap:  # beside the topic's quarantined records: what it should have held and never can
+            report = {
+                "topic": topic,
+                "run": number,
+                "reason": "deleted by retention before loaded",
+                "gaps": gap,
+            }
+            files.write_text(
+                f"{staging_relative}/{QUARANTINE}/{topic}/retention_gap.json", json.dumps(report, indent=1)
+            )
     for staged in files.files_under(staging_relative):
         topic, rest = staged.split("/", 1)
         if topic == QUARANTINE:
@@ -208,23 +264,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if pause:
         time.sleep(pause)
     if not manifest["files"] and manifest["offsets"] == positions:
-        print("hourly_load: no new records; nothing committed", file=sys.stderr)
         files.delete(staging_relative)
+        mark_hours(args, files, {})  # hours left incomplete by earlier runs may be complete by now
+        print("hourly_load: no new records; nothing committed", file=sys.stderr)
         return manifest
     manifest["committed_at_ms"] = completeness.now_ms()
     manifests.commit(manifest)
     manifests.publish(manifest)
-    completeness.publish_counts(args.bootstrap_server, args.audit_topic, args.warehouse, manifest)
-    manifests.mark(number, "audited")
-    touched = {topic: set(hours) for topic, hours in manifest["counts"].items()}
-    baseline = [t.strip() for t in args.baseline_tier.split(",") if t.strip()]
-    pending = completeness.mark_complete_hours(
-        files, args.bootstrap_server, args.audit_topic, touched, baseline
-    )
+    pending = finish(args, files, manifests, manifest)
     loaded = sum(sum(h.values()) for h in manifest["counts"].values())
     quarantined = sum(manifest["quarantined"].values())
     print(
         f"hourly_load: run {number} committed: {loaded} records loaded, {quarantined} quarantined, "
+        f"lost to retention: {describe_gaps(gaps) if gaps else 'none'}, "
         f"incomplete hours: {json.dumps(pending) if pending else 'none'}",
         file=sys.stderr,
         flush=True,

@@ -5,9 +5,11 @@ versions)."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from broker_fixtures import wait_until_brokers_see_each_other
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kio.schema.create_topics.v7 import request as create_v7
@@ -185,6 +187,46 @@ def test_created_topic_gets_a_log_on_every_assigned_broker(broker_factory, wait_
             lambda b=broker: partition_dirs(b, topic) == [f"{topic}-0", f"{topic}-1"],
             timeout=20,
             what=f"replicas of {topic} on broker {broker.broker_id}",
+        )
+
+
+def test_a_topic_of_36_partitions_times_3_replicas_is_created_and_grown_with_every_state_right(
+    broker_factory, cluster_store, wait_for
+) -> None:
+    # librdkafka's admin test creates topics of up to 36 partitions x 3 replicas in one request and
+    # expects the answer within its timeout; every replica's log is created as the states arrive.
+    brokers = [broker_factory(broker_id) for broker_id in (1, 2, 3)]
+    wait_until_brokers_see_each_other(brokers)
+    big, grown = topic_name("wide"), topic_name("grown")
+    with open_admin(brokers[0].bootstrap) as admin:
+        result = admin.create_topics(
+            {
+                big: {"num_partitions": 36, "replication_factor": 3},
+                grown: {"num_partitions": 12, "replication_factor": 3},
+            }
+        )
+        assert {name: code for name, (code, _) in outcomes(result).items()} == {big: OK, grown: OK}
+        response = admin.create_partitions({grown: 36})
+        assert [r.error_code for r in response.results] == [OK]
+        for topic in (big, grown):
+            placed = leaders(admin, topic)  # the answer came once every partition had a leader
+            assert sorted(placed) == list(range(36))
+            assert all(
+                sorted(replicas) == [1, 2, 3] and leader == replicas[0]
+                for leader, replicas in placed.values()
+            )
+            assert sorted(Counter(leader for leader, _ in placed.values()).values()) == [12, 12, 12]
+    for topic in (big, grown):
+        states = cluster_store.get_partition_states(topic)
+        assert sorted(states) == list(range(36))
+        for partition, state in states.items():
+            replicas = cluster_store.get_topic(topic).partitions[partition]
+            assert (state.leader, state.leader_epoch, sorted(state.isr)) == (replicas[0], 0, [1, 2, 3])
+    for broker in brokers:
+        wait_for(
+            lambda b=broker: len(partition_dirs(b, big)) == 36 and len(partition_dirs(b, grown)) == 36,
+            timeout=30,
+            what=f"72 replicas on broker {broker.broker_id}",
         )
 
 

@@ -62,6 +62,9 @@ BAD_STREAMS = {
     "header cut short": frame(b"\x00\x03\x00"),
     "unknown api key": request_bytes(999, 0),
     "unsupported metadata version": request_bytes(3, 99),
+    # Produce v0-v2 (message format v0/v1) are listed by ApiVersions for librdkafka but refused, as Kafka 4.0
+    # refuses them (KIP-896, KAFKA-18659): the connection closes.
+    "produce v1 (message format v1)": request_bytes(0, 1, b"\x00" * 10),
     "produce v2 (before record batch v2)": request_bytes(0, 2, b"\x00" * 10),
     "truncated produce body": request_bytes(0, 9, b"\x00\x00\x01"),
     "absurd array length": request_bytes(3, 12, b"\x7f\xff\xff\xff\x01\x00\x00"),

@@ -34,15 +34,25 @@ def read_from_beginning(bootstrap: str, topic: str) -> list[tuple[int, bytes, by
         consumer.close()
 
 
-def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory, wait_for) -> None:
-    broker = broker_factory(1, log_cleaner_backoff_ms=200)
-    topic = f"compacted-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+def create_compacted_topic(bootstrap: str, prefix: str, *, segment_bytes: int) -> str:
+    """A new one-partition compacted topic, cleaned as soon as anything in it is dirty; returns its name."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        configs = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01"}
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(segment_bytes),
+            "min.cleanable.dirty.ratio": "0.01",
+        }
         admin.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
     finally:
         admin.close()
+    return topic
+
+
+def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory, wait_for) -> None:
+    broker = broker_factory(1, log_cleaner_backoff_ms=200)
+    topic = create_compacted_topic(broker.bootstrap, "compacted", segment_bytes=1024)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
     latest: dict[bytes, tuple[int, bytes | None]] = {}
     try:
@@ -76,3 +86,55 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory, wa
     wait_for(compacted, timeout=90, interval=0.5, what="the cleaner to leave one record per key")
     assert len(seen) < produced
     assert (latest[b"key-0"][0], b"key-0", None) in seen  # the tombstone is within delete.retention.ms
+
+
+def test_the_cleaner_runs_again_at_once_after_a_pass_that_cleaned(broker_factory, wait_for) -> None:
+    # With the smallest offset map (1 MiB: 8,192 keys) two rounds of 16,384 keys take four passes. Kafka's
+    # cleaner pauses log.cleaner.backoff.ms only after a pass that found nothing to clean, so all four
+    # come one after the other; pausing after every pass would take three backoffs more.
+    backoff_s = 30
+    broker = broker_factory(
+        1, log_cleaner_backoff_ms=backoff_s * 1000, log_cleaner_dedupe_buffer_size=1024 * 1024
+    )
+    topic = create_compacted_topic(broker.bootstrap, "passes", segment_bytes=65536)
+    keys = 2 * 8192
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20, batch_size=16384)
+    latest: dict[bytes, tuple[int, bytes]] = {}
+    try:
+        for round_number in range(2):
+            sent = [
+                (
+                    f"k{k}".encode(),
+                    f"r{round_number}".encode(),
+                    producer.send(
+                        topic, key=f"k{k}".encode(), value=f"r{round_number}".encode(), partition=0
+                    ),
+                )
+                for k in range(keys)
+            ]
+            for key, value, future in sent:
+                latest[key] = (future.get(timeout=60).offset, value)
+        # Unique keys close the segments holding the second round (the active one is never cleaned).
+        for i in range(2000):
+            key = f"filler-{i}".encode()
+            latest[key] = (
+                producer.send(topic, key=key, value=b"x" * 40, partition=0).get(timeout=30).offset,
+                b"x" * 40,
+            )
+    finally:
+        producer.close(10)
+    expected = sorted((offset, key, value) for key, (offset, value) in latest.items())
+
+    def passes() -> int:
+        return broker.output_file.read_text(errors="replace").count(
+            f"event=log_cleaned dir={broker.properties['log.dirs']}/{topic}-0"
+        )
+
+    wait_for(lambda: passes() >= 1, timeout=backoff_s + 60, interval=0.5, what="the cleaner's first pass")
+    wait_for(
+        lambda: passes() >= 4,
+        timeout=backoff_s * 0.9,
+        interval=0.5,
+        what="three more passes without a backoff",
+    )
+    assert read_from_beginning(broker.bootstrap, topic) == expected

@@ -5,13 +5,16 @@ are shared by a second instance, which forwards its writes to the instance holdi
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
-from registry_support import call, running_registry
+from registry_support import call, lease_expiry_ms, running_registry
+
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +125,24 @@ def test_restarted_and_second_instances_serve_the_same_ids(broker, tmp_path):
             assert second.register_schema("c", avro(PAGE_VIEW_BAD)) == third_id
             assert second.register_schema("d", avro({"type": "string"})) == third_id + 1
             assert client.get_latest_version("d").schema_id == third_id + 1
+
+
+def test_an_idle_leader_reads_what_the_next_leader_wrote(broker, tmp_path):
+    # A leader stops reading the topic while its lease is fresh (only its own writes could be there); it
+    # must read again before the lease can pass to another instance, or it would serve stale reads.
+    with (
+        running_registry(tmp_path / "a", broker.bootstrap, lease_ms=1000) as first_url,
+        running_registry(tmp_path / "b", broker.bootstrap, lease_ms=1000) as second_url,
+    ):
+        first = SchemaRegistryClient({"url": first_url})
+        first_id = first.register_schema("a", avro(PAGE_VIEW_V1))
+        wait_until(lambda: time.time() * 1000 > lease_expiry_ms(broker.bootstrap) + 50, 30, 0.2, "the lease")
+        second_id = SchemaRegistryClient({"url": second_url}).register_schema("b", avro(PAGE_VIEW_V2))
+        assert second_id == first_id + 1
+        assert (
+            "event=schemas_lease_claimed" in (tmp_path / "b" / "schema-registry" / "registry.out").read_text()
+        )
+        wait_until(
+            lambda: call("GET", f"{first_url}/schemas/ids/{second_id}")[0] == 200, 10, 0.05, "b's id at a"
+        )
+        assert call("GET", f"{first_url}/subjects")[1] == ["a", "b"]

@@ -300,3 +300,28 @@ def test_an_empty_directory_opens_as_an_empty_log(make_log: LogFactory) -> None:
     assert (log.log_start_offset, log.log_end_offset, log.size_in_bytes) == (0, 0, 0)
     assert log.read(0, 100).regions == ()
     assert segment_path(log, 0).exists()
+
+
+def test_a_new_log_writes_and_fsyncs_nothing_but_its_segment(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Creating a topic of many partitions creates that many logs at once: each must be cheap.
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    log = make_log()
+    assert fsyncs == []
+    assert sorted(p.name for p in log.directory.iterdir()) == ["00000000000000000000.log"]
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    crashed_at_once = make_log.reopen(log, close=False)
+    assert not crashed_at_once.had_clean_shutdown
+    assert_consistent(crashed_at_once, 0)
+    assert crashed_at_once.append(batch()).first_offset == 0
+    again = make_log.reopen(crashed_at_once)
+    assert again.had_clean_shutdown
+    assert_consistent(again, 3)

@@ -11,13 +11,14 @@ strings, empty arrays, tagged fields and the lowest and highest versions all com
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import fields
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.serial._introspect import get_field_tag
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 
 from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
 from backbone.protocol.codec import decode_request, decode_response, encode, request_type, response_type
@@ -29,6 +30,22 @@ pytestmark = pytest.mark.unit
 
 # Record sets are opaque bytes to the codec (the batch format has its own tests).
 st.register_type_strategy(Records, st.binary(max_size=64))
+# kio reads an int64 duration as microseconds (±2^63 µs, 292,000 years, of the int64 ms Kafka allows)
+# and writes it through a float (exact to 2^51 ms); a duration beyond what it reads is refused as
+# INVALID_REQUEST (test below). Draw within what round-trips exactly.
+LONGEST_MS = 2**51
+
+
+def exact_duration(ms: int) -> datetime.timedelta:
+    return datetime.timedelta(seconds=ms // 1000, microseconds=ms % 1000 * 1000)  # no float on the way
+
+
+st.register_type_strategy(
+    i64Timedelta,
+    st.integers(-LONGEST_MS, LONGEST_MS).map(
+        lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
+    ),
+)
 
 ADVERTISED = [(key, version) for key, versions in SUPPORTED_VERSIONS.items() for version in versions]
 PROPERTY = settings(
@@ -94,3 +111,17 @@ def test_the_produce_fast_path_reads_what_kio_reads(version: int, data: st.DataO
         (topic.name, [(p.index, None if p.records is None else bytes(p.records)) for p in topic.partitions])
         for topic in fast.topics
     ] == [(topic.name, [(p.index, p.records) for p in topic.partition_data]) for topic in entity.topic_data]
+
+
+def test_a_duration_beyond_what_kio_holds_is_refused_as_invalid_request() -> None:
+    entity_type = request_type(ApiKey.OFFSET_COMMIT, 3)
+    retention = i64Timedelta.parse(exact_duration(LONGEST_MS))
+    longest = entity_type(
+        group_id="g", generation_id_or_member_epoch=1, member_id="m", retention_time=retention, topics=()
+    )
+    wire = encode(longest)
+    assert decode_request(ApiKey.OFFSET_COMMIT, 3, wire) == longest
+    beyond = wire.replace((LONGEST_MS).to_bytes(8, "big"), (2**63 - 1).to_bytes(8, "big"))
+    with pytest.raises(MalformedMessage) as refused:
+        decode_request(ApiKey.OFFSET_COMMIT, 3, beyond)
+    assert refused.value.code is ErrorCode.invalid_request

@@ -6,33 +6,30 @@ records make a marker be rewritten; an undecodable record is quarantined with it
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pyarrow.dataset as ds
 import pytest
+from hourly_load_support import (
+    HOUR,
+    acked_events,
+    at,
+    finished,
+    folder,
+    generate,
+    load,
+    loaded,
+    markers,
+    wait_mirrored,
+)
 
-from backbone.client import Consumer, Producer, TopicPartition
+from backbone.client import Producer
 from backbone.dev import topology
 from backbone_jobs.hourly_load import PAUSE_BEFORE_COMMIT
-
-TOPICS = ("page_views", "searches", "impressions", "invitations")
-HOUR = timedelta(hours=1)
-
-
-def at(hour: datetime, minute: int) -> str:
-    return (hour + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def folder(hour: datetime) -> str:
-    return hour.strftime("dt=%Y-%m-%d/hour=%H")
 
 
 @pytest.fixture(scope="module")
@@ -45,110 +42,6 @@ def backbone(tmp_path_factory):
         yield started.data
     finally:
         topology.down(directory, progress=lambda _: None)
-
-
-def generate(
-    data, datacenter: str, acked: Path, start: str, rate: int, duration: float, scale: float
-) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "backbone",
-            "generate",
-            "--bootstrap-server",
-            data["clusters"][datacenter]["bootstrap"],
-            "--schema-registry",
-            data["schema_registry"]["url"],
-            "--datacenter",
-            datacenter,
-            "--rate",
-            str(rate),
-            "--duration",
-            str(duration),
-            "--start-time",
-            start,
-            "--time-scale",
-            str(scale),
-            "--audit-bootstrap",
-            data["clusters"]["aggregate"]["bootstrap"],
-            "--audit-interval-ms",
-            "500",
-            "--acked-log",
-            str(acked),
-            "--pages",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
-
-
-def acked_events(*logs: Path) -> Counter:
-    return Counter(
-        (entry["topic"], entry["event_id"])
-        for log in logs
-        for entry in map(json.loads, log.read_text().splitlines())
-    )
-
-
-def wait_mirrored(bootstrap: str, expected: Counter) -> None:
-    wanted = Counter(topic for topic, _ in expected.elements())
-    with Consumer(bootstrap_servers=bootstrap) as consumer:
-        for _ in range(240):
-            ends = {}
-            for topic in wanted:
-                partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-                ends[topic] = sum(consumer.end_offsets(partitions).values()) if partitions else 0
-            if all(ends[t] >= wanted[t] for t in wanted):
-                return
-            time.sleep(0.5)
-    raise AssertionError(f"the aggregate holds {ends}, expected {wanted}")
-
-
-def load(data, warehouse: Path, **env: str) -> subprocess.Popen:
-    args = [
-        sys.executable,
-        "-m",
-        "backbone_jobs.hourly_load",
-        "--master",
-        "local[2]",
-        "--bootstrap-server",
-        data["clusters"]["aggregate"]["bootstrap"],
-        "--schema-registry",
-        data["schema_registry"]["url"],
-        "--warehouse",
-        f"file://{warehouse}",
-        "--topics",
-        ",".join(TOPICS),
-    ]
-    log = open(warehouse.parent / "load.log", "a")  # noqa: SIM115 - the child writes it
-    return subprocess.Popen(args, stdout=log, stderr=log, env={**os.environ, **env}, start_new_session=True)
-
-
-def finished(process: subprocess.Popen, warehouse: Path) -> str:
-    assert process.wait(timeout=900) == 0, (warehouse.parent / "load.log").read_text()[-4000:]
-    return (warehouse.parent / "load.log").read_text()
-
-
-def loaded(warehouse: Path) -> Counter:
-    found = Counter()
-    for topic in TOPICS:
-        if (warehouse / topic).exists():
-            table = ds.dataset(warehouse / topic, format="parquet", partitioning="hive").to_table(
-                columns=["header"]
-            )
-            found.update((topic, header["event_id"]) for header in table.column("header").to_pylist())
-    return found
-
-
-def markers(warehouse: Path) -> dict[str, dict]:
-    return {
-        str(marker.parent.relative_to(warehouse)): json.loads(marker.read_text())
-        for marker in sorted(warehouse.glob("*/dt=*/hour=*/_COMPLETE"))
-    }
 
 
 @pytest.mark.timeout(1500)  # four Spark runs on a busy 2-core machine
