@@ -30,10 +30,10 @@ from backbone.protocol import codec
 from backbone.protocol.api import ApiKey, ApiTable
 from backbone.protocol.entities import error_answer
 from backbone.protocol.errors import ErrorCode, KafkaError, UnsupportedVersionError
-from backbone.protocol.fast_paths import Chunk, frame_chunks
 from backbone.protocol.framing import FrameDecoder, FrameError
 from backbone.protocol.headers import RequestHeader, decode_request_header, response_header_version
 from backbone.protocol.nulls import check_no_illegal_nulls
+from backbone.wire.chunks import Chunk, frame_chunks
 
 if TYPE_CHECKING:
     from backbone.broker.connection_limits import ConnectionLimits

@@ -19,14 +19,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.partition import Partition
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.errors import KafkaClientError
-from backbone.client.messages import group_by_topic
-from backbone.client.security import ClientSecurity
-from backbone.client.wire import FetchedPartition, decode_fetch_response
 from backbone.log.append import UnexpectedAppendOffsetError
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import KafkaError, error_for
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.errors import KafkaClientError
+from backbone.wire.fetch import FetchedPartition, decode_fetch_response
+from backbone.wire.messages import group_by_topic
+from backbone.wire.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 

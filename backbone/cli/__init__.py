@@ -45,7 +45,7 @@ def _load_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _is_client_error(exc: BaseException) -> bool:
     """An error our client raised itself; only possible when a command has loaded the client."""
-    errors = sys.modules.get("backbone.client.errors")
+    errors = sys.modules.get("backbone.wire.errors")
     return errors is not None and isinstance(exc, errors.KafkaClientError)
 
 

@@ -143,8 +143,8 @@ def _count(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from backbone.mirror.audit import read_audit_counts
-    from backbone.mirror.audit_report import render_text, summarize, to_json
+    from backbone.client.audit import read_audit_counts
+    from backbone.client.audit.report import render_text, summarize, to_json
 
     since = parse_since(args.since) if args.since else None
     baseline = [

@@ -18,32 +18,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from backbone.cli import UsageError
 from backbone.cli.connect import CommandFailed, admin_session, reports_failures
+from backbone.client.admin import offset_reset
+from backbone.client.admin.offset_reset import PlannedReset, ResetTarget
 from backbone.protocol.errors import UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from backbone.client import Admin, TopicPartition
-
-# ListOffsets answers -1 for a timestamp after every record: such partitions go to their log end.
-_NOT_FOUND = -1
-
-
-class ResetTarget(NamedTuple):
-    """Where to move offsets: `kind` is earliest, latest, datetime (value: epoch ms), offset or shift."""
-
-    kind: str
-    value: int = 0
-
-
-class PlannedReset(NamedTuple):
-    topic: str
-    partition: int
-    current: int | None
-    """the committed offset now (None: nothing committed)"""
-    new: int
 
 
 def register_action(actions: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
@@ -124,43 +108,18 @@ def reset_target(args: argparse.Namespace) -> ResetTarget:
 
 
 def plan_reset(
-    target: ResetTarget,
-    partitions: Iterable[TopicPartition],
-    committed: Mapping[TopicPartition, int],
-    log_start: Mapping[TopicPartition, int],
-    log_end: Mapping[TopicPartition, int],
-    by_time: Mapping[TopicPartition, int] | None = None,
+    target: ResetTarget, partitions: Iterable[TopicPartition], *offsets: Mapping[TopicPartition, int] | None
 ) -> list[PlannedReset]:
-    """The new offset of each partition, clamped to [log start, log end], sorted by topic and partition.
-
-    `by_time` holds ListOffsets' answer for a datetime target (-1: no record at or after it). Shifting a
-    partition without a committed offset is a CommandFailed naming it: there is nothing to shift from.
-    """
-    plan = []
-    unshiftable = []
-    for tp in sorted(partitions):
-        start, end, current = log_start[tp], log_end[tp], committed.get(tp)
-        if target.kind == "earliest":
-            wanted = start
-        elif target.kind == "latest":
-            wanted = end
-        elif target.kind == "datetime":
-            found = (by_time or {}).get(tp, _NOT_FOUND)
-            wanted = end if found == _NOT_FOUND else found
-        elif target.kind == "offset":
-            wanted = target.value
-        elif current is None:
-            unshiftable.append(str(tp))
-            continue
-        else:
-            wanted = current + target.value
-        plan.append(PlannedReset(tp[0], tp[1], current, min(max(wanted, start), end)))
-    if unshiftable:
+    """The client's plan (`backbone.client.admin.offset_reset.plan_reset`; `offsets` are the committed, log
+    start, log end and by-time offsets); shifting a partition without a committed offset is a CommandFailed
+    naming it: there is nothing to shift from."""
+    try:
+        return offset_reset.plan_reset(target, partitions, *offsets)  # type: ignore[arg-type]
+    except offset_reset.NothingToShiftError as error:
         raise CommandFailed(
-            f"cannot shift {', '.join(unshiftable)}: the group has no committed offset there "
+            f"cannot shift {', '.join(map(str, error.partitions))}: the group has no committed offset there "
             "(use --to-offset, --to-earliest, --to-latest or --to-datetime for those)"
-        )
-    return plan
+        ) from None
 
 
 def format_plan(group_id: str, plan: Iterable[PlannedReset]) -> list[list[str]]:

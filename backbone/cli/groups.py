@@ -32,7 +32,7 @@ from backbone.protocol.errors import (
 
 if TYPE_CHECKING:
     from backbone.client import Admin, BrokerInfo, GroupDescription
-    from backbone.consumer_groups.lag import PartitionLag
+    from backbone.wire.groups.lag import PartitionLag
 
 _MISSING = "-"
 LAG_HEADER = [

@@ -1,21 +1,39 @@
-"""Our Kafka client: Producer, Consumer and Admin, an asyncio core with a synchronous face."""
+"""Our Kafka client: Producer, Consumer and Admin, an asyncio core with a synchronous face.
 
-from backbone.client.accumulator import RecordFuture
-from backbone.client.admin import AsyncAdmin
-from backbone.client.admin_groups import GroupDescription, GroupListing, MemberDescription
-from backbone.client.admin_replicas import PartitionReassignment, ReplicaInfo
-from backbone.client.admin_types import (
+Grouped by role: `producer/`, `consumer/` (with its group membership), `admin/`, and `audit/` (the
+completeness audit's counts, reading and report); `cluster` (metadata), `config`, `structs` and `sync` (the
+synchronous faces) serve them all. Connections, codecs and errors are the wire floor's (`backbone.wire`).
+Import the public names from here."""
+
+from backbone.client.admin import (
+    AsyncAdmin,
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
     ConfigResourceType,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
     NewTopic,
     OffsetSpec,
+    PartitionReassignment,
+    ReplicaInfo,
     TopicDescription,
 )
 from backbone.client.cluster import BrokerInfo, PartitionInfo
-from backbone.client.consumer import AsyncConsumer
-from backbone.client.errors import (
+from backbone.client.consumer import AsyncConsumer, ConsumerRebalanceListener
+from backbone.client.producer import AsyncProducer, RecordFuture
+from backbone.client.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordList,
+    RecordMetadata,
+    TimestampType,
+    TopicPartition,
+)
+from backbone.client.sync import Admin, Consumer, Producer
+from backbone.wire.errors import (
     BufferExhaustedError,
     ClientClosedError,
     CommitFailedError,
@@ -27,18 +45,6 @@ from backbone.client.errors import (
     KafkaTimeoutError,
     NoBrokersAvailable,
 )
-from backbone.client.producer import AsyncProducer
-from backbone.client.structs import (
-    ConsumerRecord,
-    OffsetAndMetadata,
-    OffsetAndTimestamp,
-    RecordList,
-    RecordMetadata,
-    TimestampType,
-    TopicPartition,
-)
-from backbone.client.subscription import ConsumerRebalanceListener
-from backbone.client.sync import Admin, Consumer, Producer
 
 __all__ = [
     "Admin",

@@ -25,8 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from backbone.client.config import parse_bootstrap
-from backbone.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, Decoder, Encoder
-from backbone.client.errors import (
+from backbone.client.structs import TopicPartition
+from backbone.protocol.api import ApiKey
+from backbone.protocol.codec import decode_response
+from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection, Decoder, Encoder
+from backbone.wire.errors import (
     ClientClosedError,
     ConfigError,
     KafkaClientError,
@@ -34,12 +38,8 @@ from backbone.client.errors import (
     KafkaTimeoutError,
     NoBrokersAvailable,
 )
-from backbone.client.messages import encode_request
-from backbone.client.security import ClientSecurity, is_authentication_error
-from backbone.client.structs import TopicPartition
-from backbone.protocol.api import ApiKey
-from backbone.protocol.codec import decode_response
-from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.messages import encode_request
+from backbone.wire.security import ClientSecurity, is_authentication_error
 
 __all__ = ["BrokerInfo", "ClusterClient", "ClusterMetadata", "PartitionInfo", "TopicInfo", "backoff_ms"]
 

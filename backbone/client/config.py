@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backbone.client.errors import ConfigError
 from backbone.protocol.compression import codec_from_name
 from backbone.protocol.errors import UnsupportedCompressionTypeError
+from backbone.wire.errors import ConfigError
 
 __all__ = [
     "ADMIN_OPTIONS",

@@ -20,13 +20,13 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from backbone.client.accumulator import RecordFuture
-from backbone.client.admin import AsyncAdmin
-from backbone.client.consumer import AsyncConsumer
-from backbone.client.errors import KafkaTimeoutError
-from backbone.client.producer import AsyncProducer, Callback, MakeFuture, MustWait
+from backbone.client.admin.client import AsyncAdmin
+from backbone.client.consumer.consumer import AsyncConsumer
+from backbone.client.consumer.subscription import CommitCallback, check_listener
+from backbone.client.producer.accumulator import RecordFuture
+from backbone.client.producer.producer import AsyncProducer, Callback, MakeFuture, MustWait
 from backbone.client.structs import ConsumerRecord, RecordList, TopicPartition
-from backbone.client.subscription import CommitCallback, check_listener
+from backbone.wire.errors import KafkaTimeoutError
 
 __all__ = ["Admin", "Consumer", "Producer"]
 

@@ -22,6 +22,7 @@ from backbone.client import (
     NewTopic,
     TopicPartition,
 )
+from backbone.client.admin.offset_reset import NothingToShiftError, ResetTarget, plan_reset
 from backbone.console import auth, browse
 from backbone.console.app import render, state
 from backbone.console.pages import group_of, topic_of
@@ -488,30 +489,33 @@ async def reset_offsets(request: web.Request) -> web.Response:
             value = browse.parse_time(raw)
         except browse.BadQuery as error:
             raise bad(str(error)) from None
-    committed = {(p.topic, p.partition): p.committed for p in group.partitions}
+    partitions = {TopicPartition(topic.name, p.partition): p for p in topic.partitions}
+    committed = {
+        TopicPartition(p.topic, p.partition): p.committed
+        for p in group.partitions
+        if p.topic == topic.name and p.committed is not None
+    }
     by_time: dict[TopicPartition, int] = {}
     if to == "time":
-        specs = {TopicPartition(topic.name, p.partition): value for p in topic.partitions}
+        specs = dict.fromkeys(partitions, value)
         found = await _with_admin(request, snapshot.name, lambda a: a.list_offsets(specs))
         by_time = {tp: o.offset for tp, o in found.items()}
-    plan: list[tuple[str, int, int | str, int]] = []  # topic, partition, committed now, new offset
-    for p in topic.partitions:
-        start, end = p.start_offset or 0, p.end_offset or 0
-        current = committed.get((topic.name, p.partition))
-        if to == "time":
-            found_at = by_time.get(TopicPartition(topic.name, p.partition), -1)
-            wanted = end if found_at < 0 else found_at
-        elif to == "shift":
-            if current is None:
-                raise bad(
-                    f"partition {p.partition} has no committed offset to shift from: choose another target"
-                )
-            wanted = current + value
-        else:
-            wanted = {"earliest": start, "latest": end, "offset": value}[to]
-        plan.append(
-            (topic.name, p.partition, "-" if current is None else current, min(max(wanted, start), end))
+    target = ResetTarget("datetime" if to == "time" else to, value)
+    try:
+        planned = plan_reset(
+            target,
+            partitions,
+            committed,
+            {tp: p.start_offset or 0 for tp, p in partitions.items()},
+            {tp: p.end_offset or 0 for tp, p in partitions.items()},
+            by_time,
         )
+    except NothingToShiftError as error:
+        raise bad(
+            f"partition {error.partitions[0].partition} has no committed offset to shift from: "
+            "choose another target"
+        ) from None
+    plan = [[s.topic, s.partition, "-" if s.current is None else s.current, s.new] for s in planned]
     back = f"/clusters/{snapshot.name}/groups/{group.group_id}"
     what = "; ".join(f"{t}/{p}: {c} -> {n}" for t, p, c, n in plan)
     if form.get("confirmed") != "yes":
@@ -525,7 +529,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
             plan,
             ["topic", "partition", "committed now", "new offset"],
         )
-    offsets = {TopicPartition(t, p): n for t, p, _, n in plan}
+    offsets = {TopicPartition(s.topic, s.partition): s.new for s in planned}
     return await _run(
         request,
         snapshot,

@@ -250,7 +250,7 @@ async def mirrors(request: web.Request) -> web.Response:
     for s in console.snapshots():
         grid = audit_grid(s.audit) if s.role == "aggregate" else None
         if grid is not None:
-            from backbone.mirror.audit_report import to_json
+            from backbone.client.audit.report import to_json
 
             audits[s.name] = to_json(grid["report"])
     return web.json_response({"mirrors": rows, "audit": audits})

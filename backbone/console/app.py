@@ -12,6 +12,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
+from backbone.client.audit.report import format_percent
 from backbone.console import auth
 from backbone.console.charts import line_chart
 from backbone.console.config import ConsoleConfig
@@ -20,7 +21,6 @@ from backbone.console.lag_history import GroupHistoryCache
 from backbone.console.problems import clock
 from backbone.console.sampler import ClusterSampler
 from backbone.console.snapshot import ClusterSnapshot
-from backbone.mirror.audit_report import format_percent
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -439,8 +439,8 @@ class ClusterSampler:
             return
         if now - self._audit_read_ms < max(self.config.audit_interval_ms, self.config.interval_ms):
             return
-        from backbone.mirror.audit import read_audit_counts
-        from backbone.mirror.audit_report import summarize
+        from backbone.client.audit import read_audit_counts
+        from backbone.client.audit.report import summarize
 
         self._audit_read_ms = now
         datacenters = tuple(c.name for c in self.config.clusters if c.role == "datacenter")

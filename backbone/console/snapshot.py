@@ -192,7 +192,7 @@ class ClusterSnapshot:
     groups: dict[str, GroupState] = field(default_factory=dict)
     mirrors: list[MirrorState] = field(default_factory=list)
     audit: Any = None
-    """The audit report (backbone.mirror.audit_report.Report) of an aggregate cluster, when read."""
+    """The audit report (backbone.client.audit.report.Report) of an aggregate cluster, when read."""
     audit_error: str | None = None
     notes: list[str] = field(default_factory=list)
     """Parts of the last sample that could not be read (the rest was)."""

@@ -41,7 +41,7 @@ from backbone.consumer_groups.offsets_topic import (
     encode_offset_value,
     partition_for,
 )
-from backbone.protocol.errors import ErrorCode, KafkaError
+from backbone.protocol.errors import ErrorCode, KafkaError, error_class
 from backbone.protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ class CoordinatorError(KafkaError):
 
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         self.code = code
+        self.retriable = error_class(code).retriable
         super().__init__(message)
 
 

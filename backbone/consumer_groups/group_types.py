@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from backbone.consumer_groups.consumer_protocol import decode_subscription
 from backbone.protocol.errors import ErrorCode
 from backbone.protocol.headers import MalformedMessage
+from backbone.wire.groups.consumer_protocol import decode_subscription
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from backbone.protocol.errors import InvalidTopicExceptionError
+from backbone.protocol.errors import InvalidTopicError
 
 # -- roots ----------------------------------------------------------------------------------------
 
@@ -70,16 +70,16 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 def validate_topic_name(topic: str) -> None:
     """Kafka's rules for topic names (org.apache.kafka.common.internals.Topic.validate)."""
     if not topic:
-        raise InvalidTopicExceptionError("Topic name is illegal, it can't be empty")
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
     if topic in (".", ".."):
-        raise InvalidTopicExceptionError('Topic name cannot be "." or ".."')
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
     if len(topic) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicExceptionError(
+        raise InvalidTopicError(
             f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
             f"topic name: {topic}"
         )
     if not _LEGAL_TOPIC.fullmatch(topic):
-        raise InvalidTopicExceptionError(
+        raise InvalidTopicError(
             f'Topic name "{topic}" is illegal, it contains a character other than '
             "ASCII alphanumerics, '.', '_' and '-'"
         )
@@ -97,7 +97,7 @@ def _topic_segment(topic: str) -> str:
     try:
         return _segment(topic)
     except ValueError as error:
-        raise InvalidTopicExceptionError(str(error)) from error
+        raise InvalidTopicError(str(error)) from error
 
 
 def _child(parent: str, name: str) -> str:

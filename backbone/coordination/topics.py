@@ -30,7 +30,7 @@ from backbone.protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     NotControllerError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -167,7 +167,7 @@ class TopicOps(BrokerOps):
         flattened = topic.replace(".", "_")
         clash = next((t for t in existing if t.replace(".", "_") == flattened), None)
         if clash is not None:
-            raise InvalidTopicExceptionError(f"Topic '{topic}' collides with existing topic: {clash}")
+            raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {clash}")
 
     @translate_errors("create a topic")
     def create_topic(
@@ -272,7 +272,7 @@ class TopicOps(BrokerOps):
         for _ in range(MAX_RACES):
             current, version = self._read_topic(topic)
             if self._exists(paths.delete_topic_path(topic)) is not None:
-                raise InvalidTopicExceptionError(f"Topic '{topic}' is queued for deletion.")
+                raise InvalidTopicError(f"Topic '{topic}' is queued for deletion.")
             check_partition_count(
                 total - current.partition_count, f"growing topic '{topic}' to {total} partitions"
             )

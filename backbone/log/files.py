@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from backbone.protocol.errors import KafkaStorageErrorError
+from backbone.protocol.errors import KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class FileRegion:
         """The region's bytes (a copy in memory)."""
         data = os.pread(self.file.fileno(), self.length, self.position)
         if len(data) != self.length:
-            raise KafkaStorageErrorError(
+            raise KafkaStorageError(
                 f"read of {self.file.path} at {self.position} returned {len(data)} of {self.length} bytes "
                 "(the segment was truncated)"
             )
@@ -125,8 +125,8 @@ def storage_errors(action: str, path: Path | str) -> Iterator[None]:
         raise storage_error(action, path, exc) from exc
 
 
-def storage_error(action: str, path: Path | str, exc: OSError) -> KafkaStorageErrorError:
-    return KafkaStorageErrorError(f"{action} {path} failed: {exc.strerror or exc}")
+def storage_error(action: str, path: Path | str, exc: OSError) -> KafkaStorageError:
+    return KafkaStorageError(f"{action} {path} failed: {exc.strerror or exc}")
 
 
 # The most buffers one writev takes (the kernel's IOV_MAX, 1024 on Linux); more fail with EINVAL.

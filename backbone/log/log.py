@@ -50,7 +50,7 @@ from backbone.log.index import DEFAULT_INDEX_CACHE, INT32_MAX, IndexCache
 from backbone.log.reads import expired_segments, find_offset_for_timestamp, plan_read
 from backbone.log.recovery import CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE, load_log
 from backbone.log.segment import BatchMeta, Segment, SegmentDamagedError
-from backbone.protocol.errors import KafkaStorageErrorError, OffsetOutOfRangeError
+from backbone.protocol.errors import KafkaStorageError, OffsetOutOfRangeError
 from backbone.protocol.record_batch import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -178,9 +178,9 @@ class Log:
 
     def _check_writable(self) -> None:
         if self._closed:
-            raise KafkaStorageErrorError(f"log {self.name} is closed")
+            raise KafkaStorageError(f"log {self.name} is closed")
         if self._offline is not None:
-            raise KafkaStorageErrorError(f"log {self.name} is offline: {self._offline}")
+            raise KafkaStorageError(f"log {self.name} is offline: {self._offline}")
 
     # -- appends ---------------------------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ class Log:
 
         Raises, writing nothing: CorruptMessageError / UnsupportedVersionError / InvalidRecordError for a bad
         set, MessageTooLargeError for a batch over max.message.bytes, RecordListTooLargeError for a set over
-        segment.bytes; KafkaStorageErrorError (naming the file) when the disk refuses the write.
+        segment.bytes; KafkaStorageError (naming the file) when the disk refuses the write.
         `validated`: what validate_producer_records(records, log.config, log.name) returned, when the caller
         has already checked the set (the broker does, for idempotence), so it is not checked twice.
         """
@@ -286,7 +286,7 @@ class Log:
         else:
             try:
                 old.seal()
-            except KafkaStorageErrorError:
+            except KafkaStorageError:
                 new.delete()
                 raise
         self._segments.append(new)
@@ -314,7 +314,7 @@ class Log:
         """
         with self._lock:
             if self._closed:
-                raise KafkaStorageErrorError(f"log {self.name} is closed")
+                raise KafkaStorageError(f"log {self.name} is closed")
             if offset < self._log_start_offset or offset > self._log_end_offset:
                 raise OffsetOutOfRangeError(
                     f"offset {offset} is outside [{self._log_start_offset}, {self._log_end_offset}] "
@@ -337,7 +337,7 @@ class Log:
         while True:
             with self._lock:
                 if self._closed:
-                    raise KafkaStorageErrorError(f"log {self.name} is closed")
+                    raise KafkaStorageError(f"log {self.name} is closed")
                 offset = max(offset, self._log_start_offset)
                 if offset >= self._log_end_offset:
                     return
@@ -381,7 +381,7 @@ class Log:
         with self._flush_lock:
             with self._lock:
                 if self._closed:
-                    raise KafkaStorageErrorError(f"log {self.name} is closed")
+                    raise KafkaStorageError(f"log {self.name} is closed")
                 target = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
                 self._epochs.persist_if_dirty()
                 self._persist_log_start()
@@ -398,7 +398,7 @@ class Log:
                     sync()
                 if dir_dirty:
                     fsync_dir(self.directory)
-            except KafkaStorageErrorError:
+            except KafkaStorageError:
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
@@ -486,7 +486,7 @@ class Log:
         try:
             self._epochs.truncate_from_start(offset)
             self._persist_log_start()
-        except KafkaStorageErrorError as exc:
+        except KafkaStorageError as exc:
             # Retention must go on freeing space on a full disk; the checkpoints stay dirty and are written
             # by the next flush or close.
             log.error(
@@ -544,7 +544,7 @@ class Log:
             self._cache.forget(segment)
             cut = segment.truncate_to(offset)
             if cut is None and not was_active and not segment.load_tail():
-                raise KafkaStorageErrorError(
+                raise KafkaStorageError(
                     f"{segment.log_path}: batches do not chain; reopen the log to recover"
                 )
             new_end = offset if cut is None else min(offset, cut)
@@ -569,7 +569,7 @@ class Log:
             self._segments.append(
                 Segment.create(self.directory, offset, self._now_ms(), self._config, self._cache)
             )
-        except KafkaStorageErrorError as exc:
+        except KafkaStorageError as exc:
             self._offline = f"no segment could be created after a full truncation: {exc}"
             raise
         self._bases.append(offset)
@@ -631,7 +631,7 @@ class Log:
                 return False
             try:
                 swap_files()
-            except KafkaStorageErrorError as exc:
+            except KafkaStorageError as exc:
                 self._offline = f"a compacted segment could not be swapped in: {exc}"
                 log.error("event=log_offline dir=%s reason=%r", self.directory, self._offline)
                 raise

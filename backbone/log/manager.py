@@ -21,7 +21,7 @@ from backbone.log.config import LogConfig
 from backbone.log.files import storage_errors
 from backbone.log.index import DEFAULT_INDEX_CACHE, IndexCache
 from backbone.log.log import Log, parse_partition_dir, partition_dir_name
-from backbone.protocol.errors import KafkaStorageErrorError
+from backbone.protocol.errors import KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class LogManager:
         self._dir_locks: list[int] = []
         self.cleaner = cleaner or LogCleaner(clock=clock)
         # Storage errors of the last run_retention / run_flush, by partition.
-        self.failures: dict[TopicPartition, KafkaStorageErrorError] = {}
+        self.failures: dict[TopicPartition, KafkaStorageError] = {}
 
     # -- startup and shutdown --------------------------------------------------------------------------
 
@@ -89,7 +89,7 @@ class LogManager:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            raise KafkaStorageErrorError(
+            raise KafkaStorageError(
                 f"log directory {directory} is locked by another process ({exc.strerror}); "
                 "is another broker using it?"
             ) from exc
@@ -106,7 +106,7 @@ class LogManager:
                 continue
             other = self._logs.get((topic, partition))
             if other is not None:
-                raise KafkaStorageErrorError(
+                raise KafkaStorageError(
                     f"partition {path.name} is in two log directories: {other.directory} and {path}; "
                     "remove one copy"
                 )
@@ -120,13 +120,13 @@ class LogManager:
 
         Every log is closed even if one fails; the first failure is raised at the end.
         """
-        first_error: KafkaStorageErrorError | None = None
+        first_error: KafkaStorageError | None = None
         self.cleaner.shutdown()  # a clean in progress stops before the logs close
         with self._lock:
             for (topic, partition), partition_log in sorted(self._logs.items()):
                 try:
                     partition_log.close()
-                except KafkaStorageErrorError as exc:
+                except KafkaStorageError as exc:
                     log.error(
                         "event=log_close_failed topic=%s partition=%d error=%r", topic, partition, str(exc)
                     )
@@ -168,7 +168,7 @@ class LogManager:
             if existing is not None:
                 return existing
             if not self._dir_locks:
-                raise KafkaStorageErrorError("the log manager is not started")
+                raise KafkaStorageError("the log manager is not started")
             counts = {directory: 0 for directory in self.log_dirs}
             for partition_log in self._logs.values():
                 counts[partition_log.directory.parent] = counts.get(partition_log.directory.parent, 0) + 1
@@ -209,11 +209,11 @@ class LogManager:
 
     def _for_each(self, task: str, action: Callable[[Log], int]) -> int:
         total = 0
-        errors: dict[TopicPartition, KafkaStorageErrorError] = {}
+        errors: dict[TopicPartition, KafkaStorageError] = {}
         for (topic, partition), partition_log in sorted(self.logs().items()):
             try:
                 total += action(partition_log)
-            except KafkaStorageErrorError as exc:
+            except KafkaStorageError as exc:
                 # One failing log must not stop the others; the failure is logged and kept in `failures`
                 # for the broker to act on (e.g. take the partition offline).
                 log.error("event=%s_failed topic=%s partition=%d error=%r", task, topic, partition, str(exc))

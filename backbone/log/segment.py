@@ -22,7 +22,7 @@ from backbone.log.index import INT32_MAX, IndexCache, OffsetIndex, TimeIndex
 from backbone.protocol.errors import (
     CorruptMessageError,
     InvalidRecordError,
-    KafkaStorageErrorError,
+    KafkaStorageError,
     UnsupportedVersionError,
 )
 from backbone.protocol.record_batch import HEADER_SIZE, MAGIC, BatchHeader, check_batch, read_header
@@ -39,11 +39,11 @@ _SCAN_BLOCK = 4096
 BatchMeta = tuple[int, int, int, int]
 
 
-class CorruptSegmentError(KafkaStorageErrorError):
+class CorruptSegmentError(KafkaStorageError):
     """A segment's bytes do not form a chain of batches where they must (KAFKA_STORAGE_ERROR)."""
 
 
-class SegmentDamagedError(KafkaStorageErrorError):
+class SegmentDamagedError(KafkaStorageError):
     """A failed write could not be undone: the segment may end in a torn batch until it is recovered."""
 
 
@@ -146,7 +146,7 @@ class Segment:
         segment = cls(directory, base_offset, 0, now_ms, config, cache, suffix)
         try:
             segment._file = SegmentFile.open(segment.log_path, create=True)
-        except KafkaStorageErrorError as exc:
+        except KafkaStorageError as exc:
             if not isinstance(exc.__cause__, FileExistsError) or segment.log_path.stat().st_size != 0:
                 raise
             segment._file = SegmentFile.open(segment.log_path)

@@ -1,8 +1,8 @@
-"""A cluster's audit tier (`backbone audit count`), and reading the audit topic back for the report.
+"""A cluster's audit tier (`backbone audit count`); reading the topic back is `backbone.client.audit`.
 
 `ClusterAuditor` is a consumer group over every topic of one cluster but the internal ones (`__.*`, the
 audit topic among them). It counts the records it reads per topic and time bucket (by record timestamp)
-and publishes the counts (see backbone/client/audit.py for the message format) to the audit topic of the
+and publishes the counts (message format: backbone/client/audit/counts.py) to the audit topic of the
 cluster it is told to publish to. Its offsets are committed only after the counts covering them were
 acknowledged, so a process killed at any moment loses no count; it may count some records twice (the
 ones read after the last commit), which the report shows as extra records at that tier, never as missing.
@@ -24,7 +24,6 @@ from typing import Any
 from backbone.client import (
     AsyncConsumer,
     CommitFailedError,
-    Consumer,
     ConsumerRebalanceListener,
     KafkaClientError,
     KafkaError,
@@ -35,7 +34,6 @@ from backbone.client.audit import (
     DEFAULT_BUCKET_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOPIC,
-    AuditCount,
     AuditCounter,
     AuditPublisher,
 )
@@ -147,32 +145,3 @@ class ClusterAuditor(ConsumerRebalanceListener):
         for tp in partitions:
             self._positions.pop(tp, None)
             self._committed.pop(tp, None)
-
-
-def read_audit_counts(
-    bootstrap_servers: str, audit_topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0
-) -> tuple[list[AuditCount], int]:
-    """Every count message in the audit topic up to its current end, and how many records were not audit
-    messages (skipped). Raises LookupError when the topic does not exist."""
-    with Consumer(bootstrap_servers=bootstrap_servers) as consumer:
-        if audit_topic not in consumer.topics():
-            raise LookupError(audit_topic)
-        partitions = [
-            TopicPartition(audit_topic, p) for p in sorted(consumer.partitions_for_topic(audit_topic))
-        ]
-        consumer.assign(partitions)
-        ends = consumer.end_offsets(partitions)
-        consumer.seek_to_beginning(*partitions)
-        messages: list[AuditCount] = []
-        malformed = 0
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {audit_topic} did not reach its end within {timeout_s} s")
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    try:
-                        messages.append(AuditCount.decode(record.value))
-                    except ValueError:
-                        malformed += 1
-        return messages, malformed

@@ -37,8 +37,8 @@ from backbone.client import (
     RecordList,
     TopicPartition,
 )
+from backbone.client.admin.mirror_progress import commit_metadata, copied_topic_id
 from backbone.client.audit import AuditCounter, AuditPublisher
-from backbone.client.mirror_progress import commit_metadata, copied_topic_id
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig, security_settings

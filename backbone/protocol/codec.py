@@ -4,8 +4,8 @@ kio generates one frozen dataclass per message and version from Kafka's JSON sch
 reader is native code and fast; its writer is Python walking dataclass fields, several times
 slower than decoding (see `ops/bench/codec_bench.py`). Hence: this module is the general path
 for every API, the hot messages (Produce request, Produce and Fetch responses) have hand-written
-paths in `fast_paths`, and answers that rarely change (Metadata) are worth caching as bytes by
-the broker.
+paths in `backbone.wire.produce` and `backbone.wire.fetch`, and answers that rarely change
+(Metadata) are worth caching as bytes by the broker.
 
 Readers and writers are looked up once per (key, version, request/response) and cached.
 

@@ -38,13 +38,8 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
 
 from backbone.protocol.codec import decode_request, decode_response, encode
-from backbone.protocol.fast_paths import (
-    FetchPartitionResult,
-    ProducePartitionResult,
-    decode_produce_request,
-    encode_fetch_response,
-    encode_produce_response,
-)
+from backbone.wire.fetch import FetchPartitionResult, encode_fetch_response
+from backbone.wire.produce import ProducePartitionResult, decode_produce_request, encode_produce_response
 
 PRODUCE, FETCH, METADATA = 0, 1, 3
 SMALL_BATCH = bytes(range(256)) * 64  # a 16 KiB record batch stand-in (Java's batch.size)

@@ -22,12 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from backbone.client import Admin, NewTopic
-from backbone.client.connection import BrokerConnection
-from backbone.client.group_requests import find_coordinator, offset_commit, offset_fetch
+from backbone.client.consumer.group_requests import find_coordinator, offset_commit, offset_fetch
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.coordination import ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol.errors import ErrorCode, KafkaError
+from backbone.wire.connection import BrokerConnection
 
 TOPIC = "committed"
 

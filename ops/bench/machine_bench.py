@@ -54,13 +54,14 @@ from machine_loopback import (  # noqa: E402
 
 from backbone.broker.region_sender import DEFAULT_SENDFILE_THRESHOLD  # noqa: E402
 from backbone.client import Admin, NewTopic, Producer  # noqa: E402
-from backbone.client.connection import BrokerConnection, encode_kio  # noqa: E402
-from backbone.client.fetcher import scan_batches  # noqa: E402
-from backbone.client.wire import decode_fetch_response, decode_produce_response, encode_produce_request  # noqa: E402
+from backbone.client.consumer.fetcher import scan_batches  # noqa: E402
 from backbone.dev.processes import BrokerProcess  # noqa: E402
 from backbone.protocol.api import ApiKey  # noqa: E402
 from backbone.protocol.errors import error_for  # noqa: E402
 from backbone.protocol.records import RecordBatchBuilder  # noqa: E402
+from backbone.wire.connection import BrokerConnection, encode_kio  # noqa: E402
+from backbone.wire.fetch import decode_fetch_response  # noqa: E402
+from backbone.wire.produce import decode_produce_response, encode_produce_request  # noqa: E402
 
 SECTION = "## The machine's limit"
 NAME = "machine"

@@ -10,8 +10,9 @@ Each cell is the best of `--repeat` runs over `--records` records, timed in CPU 
 (`process_time`) and taken in rounds over the whole table, so other work on a shared machine counts as
 little as possible.
 Uncompressed batches are encoded by aiokafka's compiled builder, as the producer does
-(`backbone/client/batch_builder.py`); our own `RecordBatchBuilder` (which the producer uses for compressed
-batches) and kio's record reader/writer (uncompressed only: it has no codecs) are measured alongside.
+(`backbone/client/producer/batch_builder.py`); our own `RecordBatchBuilder` (which the producer uses for
+compressed batches) and kio's record reader/writer (uncompressed only: it has no codecs) are measured
+alongside.
 
     python ops/bench/records_bench.py [--records 50000] [--repeat 7]
 
@@ -36,7 +37,7 @@ from kio.records.schema import Record as KioRecord
 from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
-from backbone.client.batch_builder import BatchBuilder, CappedBatchBuilder, new_batch_builder
+from backbone.client.producer.batch_builder import BatchBuilder, CappedBatchBuilder, new_batch_builder
 from backbone.protocol.compression import Codec
 from backbone.protocol.records import Header, decode_batches
 

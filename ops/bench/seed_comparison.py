@@ -70,7 +70,7 @@ VALUE_SIZE = 200
 PREFETCH_RECORDS = 1000  # the seed: "up to 1000 messages or about 200KB" per pull, for every system
 SECTION = "## The seed's comparison"
 NAME = "seed"
-SENDER_LOGGER = "backbone.client.sender"
+SENDER_LOGGER = "backbone.client.producer.sender"
 
 
 @dataclass

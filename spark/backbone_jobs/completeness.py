@@ -18,9 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from backbone.client import Producer
-from backbone.client.audit import AuditCount
-from backbone.mirror.audit import read_audit_counts
-from backbone.mirror.audit_report import summarize
+from backbone.client.audit import AuditCount, read_audit_counts
+from backbone.client.audit.report import summarize
 from backbone_jobs.warehouse import PENDING, Files
 
 TIER = "etl"

@@ -20,22 +20,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from backbone.client.messages import CLIENT_VERSIONS, build_response
 from backbone.protocol.api import ApiKey
 from backbone.protocol.codec import decode_request, encode_response_frame
 from backbone.protocol.errors import ErrorCode, KafkaError
-from backbone.protocol.fast_paths import (
-    FetchPartitionResult,
-    ProducePartitionResult,
-    decode_produce_request,
-    encode_fetch_response,
-    encode_produce_response,
-    frame_chunks,
-)
 from backbone.protocol.framing import ConnectionClosed, FrameError, encode_frame, read_frame
 from backbone.protocol.headers import decode_request_header, encode_response_header, response_header_version
 from backbone.protocol.record_batch import check_batch, set_base_offset
 from backbone.protocol.records import DecodedBatch, decode_batch
+from backbone.wire.chunks import frame_chunks
+from backbone.wire.fetch import FetchPartitionResult, encode_fetch_response
+from backbone.wire.messages import CLIENT_VERSIONS, build_response
+from backbone.wire.produce import ProducePartitionResult, decode_produce_request, encode_produce_response
 from tests.helpers import fake_cluster_admin as _fake_admin
 
 __all__ = ["FakeCluster", "FakePartition", "ThreadedFakeCluster"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backbone.client.messages import build_response
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, InvalidRequestError
+from backbone.wire.messages import build_response
 
 if TYPE_CHECKING:
     from tests.helpers.fake_cluster import FakeCluster

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from backbone.client.messages import encode_request
 from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
 from backbone.protocol.headers import encode_request_header
+from backbone.wire.messages import encode_request
 
 _HUGE = (b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x00\x00\x00")
 ANSWER_TIMEOUT_S = 10.0

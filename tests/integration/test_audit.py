@@ -13,8 +13,8 @@ from cli_support import run
 from mirror_support import GROUP_SETTINGS, MirrorProcess, mirror_args, mirrors, target_cluster
 
 from backbone.client import Admin, NewTopic, Producer
-from backbone.mirror.audit import read_audit_counts
-from backbone.mirror.audit_report import format_time, summarize
+from backbone.client.audit import read_audit_counts
+from backbone.client.audit.report import format_time, summarize
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from backbone.client.partitioner import partition_for_key
+from backbone.client.producer.partitioner import partition_for_key
 from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration

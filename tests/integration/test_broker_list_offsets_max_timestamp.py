@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from backbone.client.batch_builder import CappedBatchBuilder
+from backbone.client.producer.batch_builder import CappedBatchBuilder
 from backbone.protocol.compression import Codec
 from tests.helpers.requests import latest_offset_request, metadata_request, produce_request
 from tests.helpers.wire import RawConnection

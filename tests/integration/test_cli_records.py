@@ -9,7 +9,7 @@ import pytest
 from cli_support import run, run_ok, spawn
 
 from backbone.client import Admin, Producer, TopicPartition
-from backbone.client.partitioner import partition_for_key
+from backbone.client.producer.partitioner import partition_for_key
 from tests.helpers.names import unique_name
 
 pytestmark = pytest.mark.integration

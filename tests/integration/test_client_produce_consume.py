@@ -18,7 +18,7 @@ from backbone.client import (
     TimestampType,
     TopicPartition,
 )
-from backbone.client.partitioner import partition_for_key
+from backbone.client.producer.partitioner import partition_for_key
 from backbone.protocol.errors import OffsetOutOfRangeError
 from tests.helpers.names import unique_name
 

@@ -38,7 +38,7 @@ from backbone.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     InvalidUpdateVersionError,
     NotControllerError,
     TopicAlreadyExistsError,
@@ -327,14 +327,14 @@ def test_create_topic_rejects_bad_requests_and_validate_only_writes_nothing(
         store.create_topic("t", 1, 3)
     with pytest.raises(InvalidPartitionsError):
         store.create_topic("t", 0, 1)
-    with pytest.raises(InvalidTopicExceptionError):
+    with pytest.raises(InvalidTopicError):
         store.create_topic("bad/name", 1, 1)
     with pytest.raises(InvalidReplicaAssignmentError, match=r"Unknown broker\(s\) \[9\]"):
         store.create_topic("t", assignment={0: [1, 9]})
     with pytest.raises(InvalidConfigError):
         store.create_topic("t", 1, 1, configs={"retention.ms": 1000})  # type: ignore[dict-item]
     store.create_topic("metrics.cpu", 1, 1)
-    with pytest.raises(InvalidTopicExceptionError, match="collides"):
+    with pytest.raises(InvalidTopicError, match="collides"):
         store.create_topic("metrics_cpu", 1, 1)
     assert store.list_topics() == ["metrics.cpu"]
 
@@ -380,7 +380,7 @@ def test_add_partitions_continues_the_assignment(store_factory: StoreFactory, ra
     with pytest.raises(UnknownTopicOrPartitionError):
         store.add_partitions("missing", 2)
     store.mark_topic_for_deletion("grow")
-    with pytest.raises(InvalidTopicExceptionError, match="queued for deletion"):
+    with pytest.raises(InvalidTopicError, match="queued for deletion"):
         store.add_partitions("grow", 7)
 
 

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from backbone.broker.handlers.common import build, by_topic
 from backbone.client import Admin, NewTopic, Producer
 from backbone.dev.processes import BrokerProcess
-from backbone.protocol.errors import InvalidTopicExceptionError
+from backbone.protocol.errors import InvalidTopicError
 from tests.helpers.requests import metadata_request, millis
 from tests.helpers.wire import RawConnection
 
@@ -302,7 +302,7 @@ def test_clients_cannot_produce_to_the_offsets_topic(single: BrokerProcess, wait
     await_coordinator(single.bootstrap, "creator", wait_for)  # the offsets topic exists from here on
     with Producer(bootstrap_servers=single.bootstrap, retries=0) as producer:
         future = producer.send("__consumer_offsets", b"forged", key=b"k", partition=0)
-        with pytest.raises(InvalidTopicExceptionError, match="internal topic"):
+        with pytest.raises(InvalidTopicError, match="internal topic"):
             future.get(timeout=30)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from backbone.log import Log, LogConfig
-from backbone.protocol.errors import KafkaStorageErrorError
+from backbone.protocol.errors import KafkaStorageError
 from backbone.protocol.record_batch import check_batch
 from tests.helpers.batches import batch_of_size, batch_ranges, iter_batches
 
@@ -59,11 +59,11 @@ def assert_readable(log: Log, end: int) -> None:
     assert all(after[0] == before[1] + 1 for before, after in itertools.pairwise(ranges))
 
 
-def fill_until_full(log: Log, batch: bytes, limit: int = 10_000) -> KafkaStorageErrorError:
+def fill_until_full(log: Log, batch: bytes, limit: int = 10_000) -> KafkaStorageError:
     for _ in range(limit):
         try:
             log.append(batch)
-        except KafkaStorageErrorError as exc:
+        except KafkaStorageError as exc:
             return exc
     pytest.fail(f"the disk never filled after {limit} appends")
 
@@ -83,7 +83,7 @@ def test_disk_full_is_a_clear_error_and_the_log_recovers_when_space_is_freed(sma
         on_disk = sum(path.stat().st_size for path in (small_disk / "full-0").glob("*.log"))
         assert on_disk == log.size_in_bytes
         assert_readable(log, end)
-        with pytest.raises(KafkaStorageErrorError):  # still full: still refused, still consistent
+        with pytest.raises(KafkaStorageError):  # still full: still refused, still consistent
             log.append(batch)
         assert log.log_end_offset == end
         filler.unlink()
@@ -110,7 +110,7 @@ def test_a_crash_on_a_full_disk_needs_room_to_recover_and_loses_nothing(small_di
     end = log.log_end_offset
     sizes = {path.name: path.stat().st_size for path in (small_disk / "crash-0").glob("*.log")}
     del log  # no close, as if killed: the next open must recover
-    with pytest.raises(KafkaStorageErrorError, match="No space left on device") as raised:
+    with pytest.raises(KafkaStorageError, match="No space left on device") as raised:
         Log(small_disk / "crash-0", CONFIG)
     assert str(small_disk / "crash-0") in str(raised.value)
     del raised

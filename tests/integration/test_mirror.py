@@ -26,7 +26,7 @@ from mirror_support import (
 )
 
 from backbone.client import Admin, NewTopic, Producer
-from backbone.client.partitioner import partition_for_key
+from backbone.client.producer.partitioner import partition_for_key
 from backbone.mirror import provenance
 
 pytestmark = pytest.mark.integration

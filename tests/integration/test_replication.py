@@ -10,10 +10,10 @@ import signal
 import pytest
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from backbone.client.errors import KafkaError
 from backbone.coordination import ClusterStore
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol.errors import NotEnoughReplicasError
+from backbone.wire.errors import KafkaError
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from registry_support import running_registry
 
 from backbone.client import Consumer, TopicPartition
-from backbone.mirror.audit import read_audit_counts
+from backbone.client.audit import read_audit_counts
 from backbone.tracking import schemas
 from backbone.tracking.serde import AvroDecoder, RegistryClient, UndecodableError, schema_id_of
 

@@ -22,7 +22,7 @@ from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KpSubscription
 from kafka.structs import TopicPartition as KpTopicPartition
 
-from backbone.consumer_groups.assignors import (
+from backbone.wire.groups.assignors import (
     ASSIGNORS,
     CooperativeStickyAssignor,
     RangeAssignor,
@@ -35,7 +35,7 @@ from backbone.consumer_groups.assignors import (
     rebalance_protocol,
     subscription_metadata,
 )
-from backbone.consumer_groups.consumer_protocol import (
+from backbone.wire.groups.consumer_protocol import (
     Subscription,
     TopicPartition,
     decode_subscription,

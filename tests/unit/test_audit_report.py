@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backbone.client.audit import AuditCount
-from backbone.mirror.audit_report import format_percent, render_text, summarize, to_json
+from backbone.client.audit.report import format_percent, render_text, summarize, to_json
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,12 @@ import random
 
 import pytest
 
-from backbone.client.batch_builder import COMPILED_ENCODER, CappedBatchBuilder, as_list, new_batch_builder
+from backbone.client.producer.batch_builder import (
+    COMPILED_ENCODER,
+    CappedBatchBuilder,
+    as_list,
+    new_batch_builder,
+)
 from backbone.protocol.compression import Codec
 from backbone.protocol.records import decode_batch
 

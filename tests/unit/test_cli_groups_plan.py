@@ -1,5 +1,5 @@
 """`backbone groups` without a cluster: argument handling, the reset-offsets plan, the lag arithmetic and
-the tables (backbone/cli/groups.py, backbone/cli/group_reset.py, backbone/consumer_groups/lag.py)."""
+the tables (backbone/cli/groups.py, backbone/cli/group_reset.py, backbone/wire/groups/lag.py)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from backbone.cli.group_reset import (
 )
 from backbone.cli.groups import LAG_HEADER, lag_row, print_table
 from backbone.client import GroupDescription, MemberDescription, TopicPartition
-from backbone.client.admin_groups import decode_assigned_partitions
-from backbone.consumer_groups.consumer_protocol import Assignment, encode_assignment
-from backbone.consumer_groups.lag import MemberInfo, PartitionLag, group_lag, partition_lag, total_lag
+from backbone.client.admin.groups import decode_assigned_partitions
+from backbone.wire.groups.consumer_protocol import Assignment, encode_assignment
+from backbone.wire.groups.lag import MemberInfo, PartitionLag, group_lag, partition_lag, total_lag
 
 pytestmark = pytest.mark.unit
 

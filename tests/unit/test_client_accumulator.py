@@ -8,20 +8,20 @@ import time
 
 import pytest
 
-from backbone.client.accumulator import (
+from backbone.client.producer.accumulator import (
     BufferPool,
     ProducerBatch,
     RecordAccumulator,
     RecordFuture,
     stamp_producer,
 )
-from backbone.client.batch_builder import new_batch_builder
-from backbone.client.errors import BufferExhaustedError, KafkaTimeoutError
-from backbone.client.idempotence import IdempotenceState
+from backbone.client.producer.batch_builder import new_batch_builder
+from backbone.client.producer.idempotence import IdempotenceState
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import check_batch
 from backbone.protocol.records import RecordBatchBuilder, decode_batch
+from backbone.wire.errors import BufferExhaustedError, KafkaTimeoutError
 
 pytestmark = pytest.mark.unit
 

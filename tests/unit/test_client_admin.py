@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backbone.client.admin import AsyncAdmin
-from backbone.client.admin_types import ConfigResource, ConfigResourceType, NewTopic, OffsetSpec
+from backbone.client.admin.client import AsyncAdmin
+from backbone.client.admin.descriptions import ConfigResource, ConfigResourceType, NewTopic, OffsetSpec
 from backbone.client.structs import OffsetAndTimestamp, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (

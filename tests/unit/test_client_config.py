@@ -11,7 +11,7 @@ from backbone.client.config import (
     parse_bootstrap,
     resolve,
 )
-from backbone.client.errors import ConfigError
+from backbone.wire.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

@@ -11,14 +11,14 @@ import pytest
 
 from backbone.client.cluster import ClusterClient, backoff_ms
 from backbone.client.config import ADMIN_OPTIONS, resolve
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
-from backbone.client.messages import CLIENT_VERSIONS, build_request, build_response, negotiate, pick_version
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey, VersionRange
 from backbone.protocol.codec import decode_response, encode
 from backbone.protocol.errors import UnsupportedVersionError
 from backbone.protocol.framing import read_frame
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
+from backbone.wire.messages import CLIENT_VERSIONS, build_request, build_response, negotiate, pick_version
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = pytest.mark.unit

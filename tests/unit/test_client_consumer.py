@@ -8,9 +8,14 @@ from typing import Any
 
 import pytest
 
-from backbone.client.consumer import AsyncConsumer
-from backbone.client.errors import IllegalStateError
-from backbone.client.fetcher import CompletedFetch, Fetcher, PartitionState, next_fetch_offset, scan_batches
+from backbone.client.consumer.consumer import AsyncConsumer
+from backbone.client.consumer.fetcher import (
+    CompletedFetch,
+    Fetcher,
+    PartitionState,
+    next_fetch_offset,
+    scan_batches,
+)
 from backbone.client.structs import (
     ConsumerRecord,
     OffsetAndTimestamp,
@@ -21,6 +26,7 @@ from backbone.client.structs import (
 from backbone.protocol.compression import Codec
 from backbone.protocol.errors import OffsetOutOfRangeError
 from backbone.protocol.records import RecordBatchBuilder
+from backbone.wire.errors import IllegalStateError
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 2)]

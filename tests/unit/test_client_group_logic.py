@@ -15,18 +15,23 @@ from backbone.client import (
     IllegalStateError,
     OffsetAndMetadata,
     TopicPartition,
-    group_membership,
 )
 from backbone.client.cluster import ClusterMetadata, PartitionInfo, TopicInfo
 from backbone.client.config import CONSUMER_OPTIONS, resolve
-from backbone.client.connection import BrokerConnection
-from backbone.client.consumer_group import ConsumerGroup, _as_offset
-from backbone.client.errors import KafkaConnectionError
-from backbone.client.group_membership import GroupMembership
-from backbone.client.group_requests import JoinResult, MemberMetadata
-from backbone.client.subscription import ConsumerRebalanceListener, Subscription, call_listener, changes
-from backbone.consumer_groups.consumer_protocol import decode_assignment, decode_subscription
+from backbone.client.consumer import membership as group_membership
+from backbone.client.consumer.group import ConsumerGroup, _as_offset
+from backbone.client.consumer.group_requests import JoinResult, MemberMetadata
+from backbone.client.consumer.membership import GroupMembership
+from backbone.client.consumer.subscription import (
+    ConsumerRebalanceListener,
+    Subscription,
+    call_listener,
+    changes,
+)
 from backbone.protocol.errors import ErrorCode
+from backbone.wire.connection import BrokerConnection
+from backbone.wire.errors import KafkaConnectionError
+from backbone.wire.groups.consumer_protocol import decode_assignment, decode_subscription
 
 pytestmark = pytest.mark.unit
 

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from backbone.client.accumulator import BufferPool, ProducerBatch, RecordAccumulator
-from backbone.client.batch_builder import new_batch_builder
-from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
-from backbone.client.partitioner import partition_for_key
-from backbone.client.producer import AsyncProducer, AsyncRecordFuture
+from backbone.client.producer.accumulator import BufferPool, ProducerBatch, RecordAccumulator
+from backbone.client.producer.batch_builder import new_batch_builder
+from backbone.client.producer.partitioner import partition_for_key
+from backbone.client.producer.producer import AsyncProducer, AsyncRecordFuture
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.compression import Codec
@@ -22,6 +21,7 @@ from backbone.protocol.errors import (
     TopicAuthorizationFailedError,
 )
 from backbone.protocol.record_batch import check_batch, read_header
+from backbone.wire.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 3)]

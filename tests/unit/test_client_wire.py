@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from backbone.client.wire import (
-    FETCH_VERSIONS,
-    PRODUCE_VERSIONS,
-    decode_fetch_response,
-    decode_produce_response,
-    encode_produce_request,
-)
 from backbone.protocol.codec import decode_request, decode_response
 from backbone.protocol.errors import UnsupportedVersionError
-from backbone.protocol.fast_paths import (
-    FetchPartitionResult,
-    ProducePartitionResult,
-    decode_produce_request,
-    encode_fetch_response,
-    encode_produce_response,
-)
 from backbone.protocol.headers import MalformedMessage
 from backbone.protocol.records import RecordBatchBuilder
+from backbone.wire.fetch import (
+    FETCH_VERSIONS,
+    FetchPartitionResult,
+    decode_fetch_response,
+    encode_fetch_response,
+)
+from backbone.wire.produce import (
+    PRODUCE_VERSIONS,
+    ProducePartitionResult,
+    decode_produce_request,
+    decode_produce_response,
+    encode_produce_request,
+    encode_produce_response,
+)
 
 pytestmark = pytest.mark.unit
 

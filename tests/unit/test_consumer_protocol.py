@@ -19,7 +19,8 @@ from kafka.protocol.old.consumer_protocol import (
 )
 from kafka.structs import TopicPartition as KpTopicPartition
 
-from backbone.consumer_groups.consumer_protocol import (
+from backbone.protocol.headers import MalformedMessage
+from backbone.wire.groups.consumer_protocol import (
     Assignment,
     Subscription,
     TopicPartition,
@@ -28,7 +29,6 @@ from backbone.consumer_groups.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from backbone.protocol.headers import MalformedMessage
 
 pytestmark = pytest.mark.unit
 

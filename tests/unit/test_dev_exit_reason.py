@@ -15,7 +15,7 @@ def test_the_reason_is_the_error_lines_and_the_final_exception() -> None:
         [*(f"2026-01-01 00:00:0{i} INFO backbone.broker event=step n={i}" for i in range(20)),
          "Traceback (most recent call last):",
          '  File "server.py", line 1, in start',
-         "backbone.protocol.errors.KafkaStorageErrorError: KAFKA_STORAGE_ERROR: log directory /d is locked "
+         "backbone.protocol.errors.KafkaStorageError: KAFKA_STORAGE_ERROR: log directory /d is locked "
          "by another process (Resource temporarily unavailable); is another broker using it?"]
     )  # fmt: skip
     reason = exit_reason(output)

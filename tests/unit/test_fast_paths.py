@@ -19,18 +19,15 @@ from kio.static.primitive import i32Timedelta
 from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
 from backbone.protocol.codec import decode_request, encode
 from backbone.protocol.errors import UnsupportedVersionError
-from backbone.protocol.fast_paths import (
-    FETCH_VERSIONS,
-    PRODUCE_VERSIONS,
-    FetchPartitionResult,
-    ProducePartitionResult,
-    chunk_length,
-    decode_produce_request,
-    encode_fetch_response,
-    encode_produce_response,
-    frame_chunks,
-)
 from backbone.protocol.headers import MalformedMessage, encode_uvarint
+from backbone.wire.chunks import chunk_length, frame_chunks
+from backbone.wire.fetch import FETCH_VERSIONS, FetchPartitionResult, encode_fetch_response
+from backbone.wire.produce import (
+    PRODUCE_VERSIONS,
+    ProducePartitionResult,
+    decode_produce_request,
+    encode_produce_response,
+)
 
 pytestmark = pytest.mark.unit
 

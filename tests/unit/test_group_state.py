@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from backbone.consumer_groups.consumer_protocol import Subscription, encode_subscription
 from backbone.consumer_groups.group import Group, GroupConfig, GroupSnapshot, GroupState
 from backbone.consumer_groups.group_types import JoinResult, subscription_topics
 from backbone.protocol.errors import ErrorCode
+from backbone.wire.groups.consumer_protocol import Subscription, encode_subscription
 
 pytestmark = pytest.mark.unit
 

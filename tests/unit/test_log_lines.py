@@ -25,6 +25,7 @@ ROOMS = [
     "protocol",
     "schema_registry",
     "tracking",
+    "wire",
 ]
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
 # The event's name may be completed by an argument (`event=broker_%s`); a bare `%s` field is a group of

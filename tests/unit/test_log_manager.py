@@ -9,7 +9,7 @@ import pytest
 
 from backbone.log import LogConfig, LogManager
 from backbone.log.recovery import CLEAN_SHUTDOWN_FILE
-from backbone.protocol.errors import KafkaStorageErrorError
+from backbone.protocol.errors import KafkaStorageError
 from tests.helpers.batches import FakeClock, batch_of_size
 
 pytestmark = pytest.mark.unit
@@ -68,7 +68,7 @@ def test_startup_reopens_every_log_and_shutdown_closes_them_cleanly(dirs: list[P
 
 def test_a_log_directory_cannot_be_shared_by_two_managers(manager: LogManager, dirs: list[Path]) -> None:
     other = LogManager(dirs[1:])
-    with pytest.raises(KafkaStorageErrorError, match="locked by another process"):
+    with pytest.raises(KafkaStorageError, match="locked by another process"):
         other.startup()
 
 
@@ -76,7 +76,7 @@ def test_a_partition_in_two_directories_is_refused(dirs: list[Path]) -> None:
     for directory in dirs:
         (directory / "twice-0").mkdir(parents=True)
     manager = LogManager(dirs)
-    with pytest.raises(KafkaStorageErrorError, match="two log directories"):
+    with pytest.raises(KafkaStorageError, match="two log directories"):
         manager.startup()
     again = LogManager(dirs)  # the failed startup released its locks
     (dirs[1] / "twice-0").rmdir()
@@ -128,7 +128,7 @@ def test_a_failing_log_does_not_stop_periodic_work_for_the_others(manager: LogMa
     assert manager.run_flush() == 1
     assert set(manager.failures) == {("broken", 0)}
     assert healthy.recovery_point == 6
-    with pytest.raises(KafkaStorageErrorError, match="broken-0"):
+    with pytest.raises(KafkaStorageError, match="broken-0"):
         manager.shutdown()  # every log is closed, then the first failure is raised
     assert (healthy.directory / CLEAN_SHUTDOWN_FILE).exists() and manager.logs() == {}
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from backbone.client.mirror_progress import commit_metadata, copied_topic_id, lag_seconds, newest_copied_ms
+from backbone.client.admin.mirror_progress import (
+    commit_metadata,
+    copied_topic_id,
+    lag_seconds,
+    newest_copied_ms,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from backbone.client.partitioner import StickyPartitioner, murmur2, partition_for_key
+from backbone.client.producer.partitioner import StickyPartitioner, murmur2, partition_for_key
 
 pytestmark = pytest.mark.unit
 

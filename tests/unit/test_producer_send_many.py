@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from backbone.client.errors import BufferExhaustedError
-from backbone.client.producer import AsyncProducer
+from backbone.client.producer.producer import AsyncProducer
 from backbone.client.structs import RecordList
 from backbone.protocol.errors import MessageTooLargeError
 from backbone.protocol.record_batch import read_header
+from backbone.wire.errors import BufferExhaustedError
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 3)]

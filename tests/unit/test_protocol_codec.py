@@ -27,8 +27,8 @@ from backbone.protocol.codec import (
     response_type,
 )
 from backbone.protocol.errors import ErrorCode, UnsupportedVersionError
-from backbone.protocol.fast_paths import FetchPartitionResult, encode_fetch_response
 from backbone.protocol.headers import MalformedMessage, decode_request_header, encode_uvarint
+from backbone.wire.fetch import FetchPartitionResult, encode_fetch_response
 
 pytestmark = pytest.mark.unit
 

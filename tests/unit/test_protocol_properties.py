@@ -23,8 +23,8 @@ from kio.static.primitive import Records, i64Timedelta
 from backbone.protocol.api import SUPPORTED_VERSIONS, ApiKey
 from backbone.protocol.codec import decode_request, decode_response, encode, request_type, response_type
 from backbone.protocol.errors import ErrorCode
-from backbone.protocol.fast_paths import decode_produce_request
 from backbone.protocol.headers import MalformedMessage, encode_uvarint
+from backbone.wire.produce import decode_produce_request
 
 pytestmark = pytest.mark.unit
 

@@ -35,7 +35,7 @@ from backbone.coordination.znodes import (
     encode_reassignment,
     new_kafka_uuid,
 )
-from backbone.protocol.errors import InvalidTopicExceptionError
+from backbone.protocol.errors import InvalidTopicError
 
 pytestmark = pytest.mark.unit
 
@@ -103,9 +103,9 @@ def test_entity_paths_and_sequence_numbers() -> None:
 
 @pytest.mark.parametrize("name", ["a/b", "..", ".", "", "nul\x00"])
 def test_names_that_would_escape_their_path_are_refused(name: str) -> None:
-    with pytest.raises(InvalidTopicExceptionError):
+    with pytest.raises(InvalidTopicError):
         paths.topic_path(name)
-    with pytest.raises(InvalidTopicExceptionError):
+    with pytest.raises(InvalidTopicError):
         paths.delete_topic_path(name)
     with pytest.raises(ValueError, match="path segment"):
         paths.config_entity_path("clients", name)
@@ -128,7 +128,7 @@ def test_kafka_legal_topic_names(name: str) -> None:
     ],
 )
 def test_kafka_illegal_topic_names(name: str, message: str) -> None:
-    with pytest.raises(InvalidTopicExceptionError, match=message):
+    with pytest.raises(InvalidTopicError, match=message):
         paths.validate_topic_name(name)
 
 

@@ -29,11 +29,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.errors import KafkaClientError
-from backbone.client.security import ClientSecurity
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import KafkaError
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.errors import KafkaClientError
+from backbone.wire.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 

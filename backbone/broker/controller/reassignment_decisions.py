@@ -13,24 +13,9 @@ controller carries on where a dead one stopped; every write is fenced by the con
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass
 
 from backbone.coordination import PartitionState, TopicAssignment
-
-
-@dataclass(frozen=True)
-class Ongoing:
-    replicas: tuple[int, ...]
-    adding: tuple[int, ...]
-    removing: tuple[int, ...]
-
-    @property
-    def target(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.removing)
-
-    @property
-    def original(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.adding)
+from backbone.wire.reassignment import PartitionReassignment as Ongoing
 
 
 def begin(current: Sequence[int], target: Sequence[int]) -> Ongoing:

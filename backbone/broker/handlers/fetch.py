@@ -26,7 +26,8 @@ from backbone.protocol.errors import (
     TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
 )
-from backbone.protocol.fast_paths import Chunk, FetchPartitionResult, encode_fetch_response
+from backbone.wire.chunks import Chunk
+from backbone.wire.fetch import FetchPartitionResult, encode_fetch_response
 
 if TYPE_CHECKING:
     from backbone.broker.metrics import BrokerMetrics

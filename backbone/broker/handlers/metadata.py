@@ -22,7 +22,7 @@ from backbone.coordination import paths
 from backbone.coordination.znodes import kafka_uuid_bytes
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import InvalidTopicExceptionError, KafkaError, TopicAlreadyExistsError
+from backbone.protocol.errors import InvalidTopicError, KafkaError, TopicAlreadyExistsError
 
 if TYPE_CHECKING:
     from backbone.broker.server import Broker
@@ -112,7 +112,7 @@ async def _auto_create(broker: Broker, topics: list[str]) -> set[str]:
             )
         except TopicAlreadyExistsError:
             created.add(topic)
-        except InvalidTopicExceptionError:
+        except InvalidTopicError:
             pass  # answered INVALID_TOPIC_EXCEPTION
         except KafkaError as exc:
             log.warning("event=topic_auto_create_failed topic=%s error=%r", topic, str(exc))

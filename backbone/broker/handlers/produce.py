@@ -19,11 +19,11 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     KafkaError,
     TransactionalIdAuthorizationFailedError,
 )
-from backbone.protocol.fast_paths import (
+from backbone.wire.produce import (
     ProducePartitionResult,
     ProduceRequestData,
     decode_produce_request,
@@ -104,7 +104,7 @@ async def _produce_partition(
         if records is None or len(records) == 0:
             raise CorruptMessageError("produce request without records")
         if topic == OFFSETS_TOPIC:  # only the group coordinator writes there, in its own format
-            raise InvalidTopicExceptionError(f"cannot produce to the internal topic {OFFSETS_TOPIC}")
+            raise InvalidTopicError(f"cannot produce to the internal topic {OFFSETS_TOPIC}")
         partition = replicas.leader_partition(topic, index)
         min_insync = replicas.check_min_insync(partition, config) if acks == -1 else 1
         result = partition.append_as_leader(records)

@@ -27,7 +27,7 @@ from backbone.protocol.errors import (
     InvalidConfigError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
-    InvalidTopicExceptionError,
+    InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -320,7 +320,7 @@ async def _delete_one(broker: Broker, module: Any, version: int, name: str) -> A
         return _delete_result(module, name, code, "Topic deletion is disabled.")
     try:
         await broker.zk(broker.store.delete_topic, name)
-    except InvalidTopicExceptionError:
+    except InvalidTopicError:
         # Kafka looks the name up in its metadata cache, where an illegal name is simply unknown.
         return _delete_result(
             module, name, ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.security.authorizer import CLUSTER_NAME
-from backbone.client.messages import build_response
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
+from backbone.wire.messages import build_response
 
 if TYPE_CHECKING:
     from backbone.broker.network import Handler, RequestContext

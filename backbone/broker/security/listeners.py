@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from backbone.broker.security.sasl import CredentialLookup, SaslAuthenticator, SaslSettings, TlsAuthenticator
 from backbone.broker.security.tls import PrincipalMapper, client_context, server_context
-from backbone.client.security import ClientSecurity
+from backbone.wire.security import ClientSecurity
 
 if TYPE_CHECKING:
     from backbone.broker.config import BrokerConfig

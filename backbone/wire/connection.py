@@ -26,14 +26,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from backbone.client.errors import KafkaConnectionError, KafkaTimeoutError
-from backbone.client.messages import CLIENT_VERSIONS, encode_request, negotiate, pick_version, require_version
-from backbone.client.security import ClientSecurity
 from backbone.protocol.api import ApiKey, VersionRange
 from backbone.protocol.codec import decode_response
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
 from backbone.protocol.framing import FrameDecoder, FrameError, frame_prefix
 from backbone.protocol.headers import decode_response_header, encode_request_header, response_header_version
+from backbone.wire.errors import KafkaConnectionError, KafkaTimeoutError
+from backbone.wire.messages import CLIENT_VERSIONS, encode_request, negotiate, pick_version, require_version
+from backbone.wire.security import ClientSecurity
 
 __all__ = ["BrokerConnection", "Response"]
 

@@ -15,8 +15,8 @@ import collections
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from backbone.client.accumulator import BufferPool, ProducerBatch, RecordAccumulator
-from backbone.client.batch_builder import as_list
+from backbone.client.producer.accumulator import BufferPool, ProducerBatch, RecordAccumulator
+from backbone.client.producer.batch_builder import as_list
 from backbone.client.structs import TopicPartition
 from backbone.protocol.record_batch import HEADER_SIZE
 from backbone.protocol.records import Header, estimate_record_size

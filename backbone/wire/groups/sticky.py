@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from backbone.consumer_groups.consumer_protocol import NO_GENERATION, TopicPartition
+from backbone.wire.groups.consumer_protocol import NO_GENERATION, TopicPartition
 
 __all__ = ["MemberClaim", "java_order", "resolve_claims", "sticky_assign"]
 

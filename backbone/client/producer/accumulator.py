@@ -32,13 +32,13 @@ from typing import Any
 
 from crc32c import crc32c
 
-from backbone.client.batch_builder import BatchBuilder, as_list, new_batch_builder
-from backbone.client.buffer_pool import BufferPool, wake_future
-from backbone.client.errors import IllegalStateError, KafkaTimeoutError
+from backbone.client.producer.batch_builder import BatchBuilder, as_list, new_batch_builder
+from backbone.client.producer.buffer_pool import BufferPool, wake_future
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import Codec
 from backbone.protocol.record_batch import CRC_OFFSET, CRC_START
 from backbone.protocol.records import Header
+from backbone.wire.errors import IllegalStateError, KafkaTimeoutError
 
 __all__ = [
     "AsyncRecordFuture",

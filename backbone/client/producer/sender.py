@@ -23,20 +23,20 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from backbone.client.accumulator import ProducerBatch, RecordAccumulator
 from backbone.client.cluster import ClusterClient, backoff_ms
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.errors import (
+from backbone.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from backbone.client.producer.idempotence import IdempotenceState
+from backbone.client.structs import TopicPartition
+from backbone.protocol.api import ApiKey
+from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.errors import (
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
     is_retriable,
 )
-from backbone.client.idempotence import IdempotenceState
-from backbone.client.structs import TopicPartition
-from backbone.client.wire import ProducedPartition, decode_produce_response, encode_produce_request
-from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.produce import ProducedPartition, decode_produce_response, encode_produce_request
 
 __all__ = ["METADATA_ERRORS", "Sender"]
 
@@ -411,9 +411,7 @@ class Sender:
         if self._can_retry(batch, error) and batch.attempts < self.retries and now < batch.deadline:
             batch.attempts += 1
             batch.retry_at = now + backoff_ms(*self.backoff, batch.attempts) / 1000
-            log.warning(
-                "event=batch_retried partition=%s attempt=%d error=%s", batch.tp, batch.attempts, error
-            )
+            log.warning("event=batch_retry partition=%s attempt=%d error=%s", batch.tp, batch.attempts, error)
             self.accumulator.reenqueue(batch)
             return
         self._fail(batch, error, sequence_gap=True)

@@ -20,9 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from backbone.client.admin_groups import GroupAdminMixin
-from backbone.client.admin_replicas import ReplicaAdminMixin
-from backbone.client.admin_types import (
+from backbone.client.admin.descriptions import (
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
@@ -31,14 +29,16 @@ from backbone.client.admin_types import (
     OffsetSpec,
     TopicDescription,
 )
+from backbone.client.admin.groups import GroupAdminMixin
+from backbone.client.admin.replicas import ReplicaAdminMixin
 from backbone.client.cluster import BrokerInfo, ClusterClient, backoff_ms
 from backbone.client.config import ADMIN_OPTIONS, resolve
-from backbone.client.connection import decode_kio, encode_kio
-from backbone.client.errors import ClientClosedError, KafkaClientError, KafkaTimeoutError, is_retriable
-from backbone.client.messages import group_by_topic
 from backbone.client.structs import OffsetAndTimestamp, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, UnsupportedVersionError, error_for
+from backbone.wire.connection import decode_kio, encode_kio
+from backbone.wire.errors import ClientClosedError, KafkaClientError, KafkaTimeoutError, is_retriable
+from backbone.wire.messages import group_by_topic
 
 __all__ = ["AsyncAdmin"]
 

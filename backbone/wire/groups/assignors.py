@@ -32,7 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from enum import IntEnum
 from typing import ClassVar, Protocol
 
-from backbone.consumer_groups.consumer_protocol import (
+from backbone.wire.groups.consumer_protocol import (
     LATEST_VERSION,
     NO_GENERATION,
     Assignment,
@@ -41,7 +41,7 @@ from backbone.consumer_groups.consumer_protocol import (
     encode_subscription,
     group_by_topic,
 )
-from backbone.consumer_groups.sticky import MemberClaim, java_order, resolve_claims, sticky_assign
+from backbone.wire.groups.sticky import MemberClaim, java_order, resolve_claims, sticky_assign
 
 __all__ = [
     "ASSIGNORS",

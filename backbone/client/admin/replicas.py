@@ -7,11 +7,12 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from backbone.client.admin_host import AdminHost
-from backbone.client.connection import decode_kio, encode_kio
+from backbone.client.admin.host import AdminHost
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.connection import decode_kio, encode_kio
+from backbone.wire.reassignment import PartitionReassignment
 
 PREFERRED = 0
 UNCLEAN = 1
@@ -174,23 +175,6 @@ class ReplicaAdminMixin(AdminHost):
 
         nodes = sorted(set(brokers))
         return dict(zip(nodes, await asyncio.gather(*(ask(node) for node in nodes)), strict=True))
-
-
-class PartitionReassignment(NamedTuple):
-    """A reassignment in progress: all replicas (target first), those being added and being removed."""
-
-    replicas: tuple[int, ...]
-    adding: tuple[int, ...]
-    removing: tuple[int, ...]
-
-    @property
-    def target(self) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas if r not in self.removing)
-
-    @property
-    def original(self) -> tuple[int, ...]:
-        """The replicas a cancellation goes back to."""
-        return tuple(r for r in self.replicas if r not in self.adding)
 
 
 class ReplicaInfo(NamedTuple):

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backbone.client.errors import KafkaClientError
 from backbone.protocol.errors import KafkaError
+from backbone.wire.errors import KafkaClientError
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class AuditPublisher:
         topic: str = DEFAULT_TOPIC,
         producer_config: Mapping[str, Any] | None = None,
     ) -> None:
-        from backbone.client.producer import AsyncProducer  # the producer imports this module
+        from backbone.client.producer.producer import AsyncProducer  # the producer imports this module
 
         self.counter = counter
         self.topic = topic
@@ -227,8 +227,8 @@ class AuditPublisher:
         """Create the audit topic when missing (one partition: counts are few, and ordered per process)."""
         if self._topic_ready:
             return
-        from backbone.client.admin import AsyncAdmin
-        from backbone.client.admin_types import NewTopic
+        from backbone.client.admin.client import AsyncAdmin
+        from backbone.client.admin.descriptions import NewTopic
         from backbone.protocol.errors import TopicAlreadyExistsError
 
         async with AsyncAdmin({"bootstrap.servers": self._bootstrap}) as admin:

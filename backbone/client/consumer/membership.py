@@ -32,15 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from backbone.client.cluster import ClusterClient, backoff_ms
-from backbone.client.connection import BrokerConnection
-from backbone.client.errors import (
-    CommitFailedError,
-    KafkaClientError,
-    KafkaConnectionError,
-    KafkaTimeoutError,
-    is_retriable,
-)
-from backbone.client.group_requests import (
+from backbone.client.consumer.group_requests import (
     CoordinatorAddress,
     JoinResult,
     MemberMetadata,
@@ -54,6 +46,14 @@ from backbone.client.group_requests import (
 )
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
+from backbone.wire.connection import BrokerConnection
+from backbone.wire.errors import (
+    CommitFailedError,
+    KafkaClientError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    is_retriable,
+)
 
 __all__ = ["GroupMembership", "MembershipHooks"]
 

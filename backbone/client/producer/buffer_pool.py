@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from backbone.client.errors import BufferExhaustedError
+from backbone.wire.errors import BufferExhaustedError
 
 __all__ = ["BufferPool", "wake_future"]
 

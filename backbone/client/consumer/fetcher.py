@@ -28,12 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backbone.client.cluster import ClusterClient
-from backbone.client.connection import decode_kio, encode_kio
-from backbone.client.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
-from backbone.client.messages import group_by_topic
-from backbone.client.sender import METADATA_ERRORS
+from backbone.client.producer.sender import METADATA_ERRORS
 from backbone.client.structs import ConsumerRecord, RecordList, TimestampType, TopicPartition
-from backbone.client.wire import FetchedPartition, decode_fetch_response
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     ErrorCode,
@@ -44,6 +40,10 @@ from backbone.protocol.errors import (
 )
 from backbone.protocol.record_batch import HEADER_SIZE, peek_size, read_header
 from backbone.protocol.records import ControlType, DecodedBatch, Record, control_type, decode_batch
+from backbone.wire.connection import decode_kio, encode_kio
+from backbone.wire.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
+from backbone.wire.fetch import FetchedPartition, decode_fetch_response
+from backbone.wire.messages import group_by_topic
 
 __all__ = ["EARLIEST", "LATEST", "CompletedFetch", "Fetcher", "PartitionState"]
 
@@ -227,7 +227,7 @@ class Fetcher:
         task.add_done_callback(done)
 
     async def _backoff_after(self, error: BaseException, what: str) -> None:
-        log.warning("event=fetcher_request_failed what=%r error=%s", what, error)
+        log.warning("event=fetcher_request_failed request=%r error=%s", what, error)
         if (
             isinstance(error, KafkaConnectionError | KafkaTimeoutError)
             or getattr(error, "code", None) in METADATA_ERRORS

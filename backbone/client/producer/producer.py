@@ -27,19 +27,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from backbone.client import audit
-from backbone.client.accumulator import AsyncRecordFuture, BufferPool, ProducerBatch, RecordAccumulator
-from backbone.client.bulk_append import RunProgress, WireRecord, append_run
 from backbone.client.cluster import ClusterClient, ClusterMetadata
 from backbone.client.config import PRODUCER_OPTIONS, resolve
-from backbone.client.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
-from backbone.client.idempotence import IdempotenceState
-from backbone.client.partitioner import StickyPartitioner, partition_for_key
-from backbone.client.sender import Sender
+from backbone.client.producer.accumulator import (
+    AsyncRecordFuture,
+    BufferPool,
+    ProducerBatch,
+    RecordAccumulator,
+)
+from backbone.client.producer.bulk_append import RunProgress, WireRecord, append_run
+from backbone.client.producer.idempotence import IdempotenceState
+from backbone.client.producer.partitioner import StickyPartitioner, partition_for_key
+from backbone.client.producer.sender import Sender
 from backbone.client.structs import RecordMetadata, TopicPartition
 from backbone.protocol.compression import codec_from_name
 from backbone.protocol.errors import MessageTooLargeError
 from backbone.protocol.record_batch import HEADER_SIZE
 from backbone.protocol.records import Header, estimate_record_size
+from backbone.wire.errors import BufferExhaustedError, ClientClosedError, KafkaTimeoutError
 
 __all__ = ["AsyncProducer", "AsyncRecordFuture"]
 

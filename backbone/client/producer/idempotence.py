@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from backbone.client.accumulator import ProducerBatch
+from backbone.client.producer.accumulator import ProducerBatch
 from backbone.client.structs import TopicPartition
 
 __all__ = ["IdempotenceState"]

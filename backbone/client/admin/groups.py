@@ -16,17 +16,22 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from backbone.client.admin_host import AdminHost
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.group_requests import PROTOCOL_TYPE, find_coordinator, offset_commit, offset_fetch
-from backbone.client.messages import group_by_topic
-from backbone.client.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
+from backbone.client.admin.host import AdminHost
+from backbone.client.admin.mirror_progress import MirrorLag, lag_seconds, newest_copied_ms
+from backbone.client.consumer.group_requests import (
+    PROTOCOL_TYPE,
+    find_coordinator,
+    offset_commit,
+    offset_fetch,
+)
 from backbone.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from backbone.consumer_groups.consumer_protocol import decode_assignment
-from backbone.consumer_groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
 from backbone.protocol.headers import MalformedMessage
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.groups.consumer_protocol import decode_assignment
+from backbone.wire.groups.lag import MemberInfo, PartitionLag, group_lag
+from backbone.wire.messages import group_by_topic
 
 __all__ = ["GroupAdminMixin", "GroupDescription", "GroupListing", "MemberDescription"]
 
@@ -97,7 +102,7 @@ class GroupAdminMixin(AdminHost):
     ) -> dict[str, V]:
         """Send each coordinator its groups (`send` returns (group, error code, value) rows); groups that
         failed retriably are sent again, to their coordinator found anew."""
-        from backbone.client.admin import _raise_failures
+        from backbone.client.admin.client import _raise_failures
 
         wanted = list(dict.fromkeys(group_ids))
         results: dict[str, V] = {}
@@ -360,7 +365,7 @@ class GroupAdminMixin(AdminHost):
 def _partition_results(codes: Mapping[TopicPartition, ErrorCode], what: str) -> dict[TopicPartition, None]:
     """{partition: None} of a per-partition answer; the first failure raised with every failure attached
     (a retriable one, such as NOT_COORDINATOR, at once so the whole request is retried)."""
-    from backbone.client.admin import _raise_failures
+    from backbone.client.admin.client import _raise_failures
 
     results: dict[TopicPartition, None] = {}
     errors: dict[TopicPartition, KafkaError] = {}

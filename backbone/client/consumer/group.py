@@ -3,7 +3,7 @@
 `ConsumerGroup` is what `AsyncConsumer` delegates to once it has a `group.id`. It answers the membership's
 questions (`MembershipHooks`): what to put in JoinGroup (one subscription per assignor in
 `partition.assignment.strategy`, with the partitions owned and the generation, for the sticky assignors),
-how the leader assigns (the assignors of `backbone.consumer_groups.assignors`), and what an assignment means
+how the leader assigns (the assignors of `backbone.wire.groups.assignors`), and what an assignment means
 for the fetcher:
 
 - **Eager** rebalancing (whenever some configured assignor is eager, as with the default
@@ -29,15 +29,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from backbone.client.cluster import ClusterClient
-from backbone.client.errors import CommitFailedError, ConfigError, IllegalStateError, KafkaClientError
-from backbone.client.fetcher import Fetcher, PartitionState
-from backbone.client.group_membership import GroupMembership
-from backbone.client.group_requests import MemberMetadata
+from backbone.client.consumer.fetcher import Fetcher, PartitionState
+from backbone.client.consumer.group_requests import MemberMetadata
+from backbone.client.consumer.membership import GroupMembership
+from backbone.client.consumer.subscription import CommitCallback, Subscription, call_listener, changes
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
-from backbone.client.subscription import CommitCallback, Subscription, call_listener, changes
-from backbone.consumer_groups import assignors as assignor_room
-from backbone.consumer_groups import consumer_protocol
 from backbone.protocol.errors import KafkaError
+from backbone.wire.errors import CommitFailedError, ConfigError, IllegalStateError, KafkaClientError
+from backbone.wire.groups import assignors as assignor_room
+from backbone.wire.groups import consumer_protocol
 
 __all__ = ["ConsumerGroup", "load_assignors"]
 
@@ -169,7 +169,7 @@ class ConsumerGroup:
         )
         matched = subscription.topics_in(topics, internal)
         if matched != subscription.matched:
-            log.info("event=pattern_subscription_changed topics=%s", sorted(matched))
+            log.info("event=pattern_matches_changed topics=%s", sorted(matched))
             subscription.matched = matched
             self.cluster.add_topics(matched)
             self.membership.request_rejoin("the subscription pattern matches other topics")
@@ -276,7 +276,7 @@ class ConsumerGroup:
         partitions = {topic: count for topic, count in counts.items() if count}
         result = assignor.assign(partitions, subscriptions)
         log.info(
-            "event=assignment_computed group=%s protocol=%s members=%d topics=%d",
+            "event=group_assigned group=%s protocol=%s members=%d topics=%d",
             self.membership.group_id,
             protocol_name,
             len(members),
@@ -309,7 +309,7 @@ class ConsumerGroup:
         # gets its old assignment back with no rebalance): rejoin, as the Java client does.
         subscription = self.subscription
         if subscription is not None and not all(subscription.covers(tp.topic) for tp in assigned):
-            log.info("event=assignment_not_subscribed group=%s then=rejoin", self.membership.group_id)
+            log.info("event=assignment_not_subscribed group=%s action=rejoin", self.membership.group_id)
             return True
         # Cooperative: what this member gave up goes to its new owner in a follow-up rebalance.
         return self.cooperative and bool(revoked)

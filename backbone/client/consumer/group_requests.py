@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backbone.client.connection import BrokerConnection, decode_kio, encode_kio
-from backbone.client.messages import group_by_topic
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, error_for
+from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.messages import group_by_topic
 
 __all__ = [
     "PROTOCOL_TYPE",

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from backbone.client.errors import IllegalStateError
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
+from backbone.wire.errors import IllegalStateError
 
 __all__ = [
     "CommitCallback",

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from backbone.client.audit import AuditCount
+from backbone.client.audit.counts import AuditCount
 
 DEFAULT_BASELINE = ("producer",)
 DEFAULT_AGGREGATE = "aggregate"

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from backbone.client.cluster import ClusterClient
 from backbone.client.config import CONSUMER_OPTIONS, resolve
-from backbone.client.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
-from backbone.client.fetcher import EARLIEST, LATEST, Fetcher, PartitionState
+from backbone.client.consumer.fetcher import EARLIEST, LATEST, Fetcher, PartitionState
+from backbone.client.consumer.subscription import CommitCallback, Subscription
 from backbone.client.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -39,10 +39,10 @@ from backbone.client.structs import (
     RecordList,
     TopicPartition,
 )
-from backbone.client.subscription import CommitCallback, Subscription
+from backbone.wire.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
 
 if TYPE_CHECKING:
-    from backbone.client.consumer_group import ConsumerGroup
+    from backbone.client.consumer.group import ConsumerGroup
 
 __all__ = ["AsyncConsumer"]
 
@@ -71,7 +71,7 @@ class AsyncConsumer:
         self.fetcher = Fetcher(self.cluster, cfg, deserialize)
         self.group: ConsumerGroup | None = None
         if cfg["group.id"] is not None:
-            from backbone.client.consumer_group import ConsumerGroup
+            from backbone.client.consumer.group import ConsumerGroup
 
             self.group = ConsumerGroup(self.cluster, self.fetcher, cfg)
         self._subscribed = False
