@@ -35,6 +35,7 @@ from backbone.client.producer.accumulator import (
     ProducerBatch,
     RecordAccumulator,
 )
+from backbone.client.producer.batch_builder import BatchBuilder
 from backbone.client.producer.bulk_append import RunProgress, WireRecord, append_run
 from backbone.client.producer.idempotence import IdempotenceState
 from backbone.client.producer.partitioner import StickyPartitioner, partition_for_key
@@ -398,29 +399,27 @@ class AsyncProducer:
             if pool.available < size:
                 batch = None
             else:
-                if partition is not None:
-                    tp = state.tp(partition)
-                elif self._partitioner is not None:
-                    tp = self._custom_partition(state, key)
-                elif key is not None:
-                    tp = state.tp_for_key(key)
-                else:
+                # The type checker is told, rather than shown with checks, what holds here: each check
+                # would cost every record (this is the producer's per-record path).
+                if partition is None and self._partitioner is None and key is None:
                     tp = None  # unkeyed: the topic's sticky batch, wherever it is
-                if tp is None:
                     batch = state.sticky
                 else:
+                    if partition is not None:
+                        tp = state.tp(partition)
+                    elif self._partitioner is not None:
+                        tp = self._custom_partition(state, key)
+                    else:  # the test above leaves only a key here
+                        tp = state.tp_for_key(key)  # type: ignore[arg-type]
                     queue = accumulator.queues.get(tp)
                     batch = queue[-1] if queue else None
                 # RecordAccumulator.try_add inlined (into the open batch): the call alone is 5% of a send.
                 appended = False
                 if batch is not None and not batch.full:
-                    builder = batch.builder
+                    # An open batch (not full) always has its builder.
+                    builder: BatchBuilder = batch.builder  # type: ignore[assignment]
                     timestamps = batch.timestamps
-                    # A batch without a builder is closed: as good as full.
-                    if (
-                        builder is None
-                        or builder.append(len(timestamps), timestamp_ms, key, value, headers) is None
-                    ):
+                    if builder.append(len(timestamps), timestamp_ms, key, value, headers) is None:
                         batch.full = True
                     else:
                         timestamps.append(timestamp_ms)
