@@ -6,8 +6,8 @@ was as fast or faster than asyncio's `loop.sendfile` at every region size from 1
 `loop.sendfile` first waits for the transport's buffer to empty). So regions are read and written, a slice
 of at most READ_SLICE bytes at a time with a wait for the transport to drain between slices, which keeps
 the memory a large fetch holds bounded; only regions of at least `sendfile_threshold` bytes (the broker's
-`fetch.sendfile.threshold.bytes`, 0: always) go out with `loop.sendfile`. `ops/bench/machine_bench.py`
-measures both paths per size on a machine and recommends a value.
+`fetch.sendfile.threshold.bytes`, 0: always) go out with `loop.sendfile`, and never over TLS.
+`ops/bench/machine_bench.py` measures both paths per size on a machine and recommends a value.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ class FileRegionSender(RegionSender):
         transport = connection.transport
         if transport is None or connection.closed:
             return
-        if region.length >= self.sendfile_threshold:
+        # Zero copy cannot go through TLS (the kernel would send the file's plaintext), so TLS connections
+        # always read and write.
+        if region.length >= self.sendfile_threshold and transport.get_extra_info("sslcontext") is None:
             loop = asyncio.get_running_loop()
             # The segment file is opened O_APPEND, so sendfile moving its file position cannot misplace
             # appends. asyncio's native sendfile uses only the file's fileno(), which SegmentFile has;

@@ -15,9 +15,11 @@ import kafka.errors
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from security_fixtures import PASSWORD, ROOT, secure_client
+from security_fixtures import PASSWORD, ROOT, add_users, secure_client, secure_properties
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from backbone.coordination import find_free_port
+from backbone.dev.processes import BrokerProcess
 from backbone.protocol import codec
 from backbone.protocol.errors import ErrorCode, SaslAuthenticationFailedError
 from tests.helpers.requests import metadata_request
@@ -49,6 +51,32 @@ def test_our_client_authenticates_with_each_mechanism_over_tls(secure_broker, ce
         with Admin(bootstrap_servers=process.bootstrap) as admin:
             admin.create_topics([NewTopic(topic, 1, 1)])
         produce_and_consume(secure_client(certificates, sasl_port, **{"sasl.mechanism": mechanism}), topic)
+
+
+def test_every_fetch_path_works_over_tls(
+    zookeeper, chroot: str, tmp_path: Path, certificates: Path, store_factory
+):
+    """Zero copy (sendfile) cannot go through TLS: with every region set to take it, fetches over SASL_SSL are
+    read and written instead, and plaintext fetches still take it."""
+    add_users(store_factory())
+    plain_port, sasl_port = find_free_port(), find_free_port()
+    properties = {
+        **secure_properties(certificates),
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{sasl_port}",
+        "fetch.sendfile.threshold.bytes": 0,
+    }
+    process = BrokerProcess(
+        1, zookeeper.connect_string + chroot, tmp_path / "broker-1", port=plain_port, properties=properties
+    )
+    process.start()
+    try:
+        over_tls, plain = f"zero-copy-{uuid.uuid4().hex[:8]}", f"zero-copy-{uuid.uuid4().hex[:8]}"
+        with Admin(bootstrap_servers=process.bootstrap) as admin:
+            admin.create_topics([NewTopic(over_tls, 1, 1), NewTopic(plain, 1, 1)])
+        produce_and_consume(secure_client(certificates, sasl_port), over_tls)
+        produce_and_consume({"bootstrap.servers": process.bootstrap}, plain)
+    finally:
+        process.stop(timeout=15)
 
 
 def test_wrong_password_and_unknown_user_are_refused(secure_broker, certificates: Path) -> None:
