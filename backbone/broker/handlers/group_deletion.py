@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, by_topic, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
+from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
@@ -17,12 +18,17 @@ if TYPE_CHECKING:
 
 
 def register(broker: Broker) -> None:
+    for api_key, handler in group_deletion_handlers(broker.group_coordinator).items():
+        broker.api_table.register(api_key, handler)
+
+
+def group_deletion_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:
     async def delete_groups(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DELETE_GROUPS, context.api_version)
         names = list(dict.fromkeys(request.groups_names))
         try:
-            results = await broker.group_coordinator.delete_groups(names)
+            results = await coordinator.delete_groups(names)
         except Exception as exc:
             results = dict.fromkeys(names, error_code_of(exc))
         return build(
@@ -39,7 +45,7 @@ def register(broker: Broker) -> None:
         module = response_module(ApiKey.OFFSET_DELETE, context.api_version)
         wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
         try:
-            error, results = await broker.group_coordinator.delete_offsets(request.group_id, wanted)
+            error, results = await coordinator.delete_offsets(request.group_id, wanted)
         except Exception as exc:
             error, results = error_code_of(exc), {}
         rows = by_topic(
@@ -56,5 +62,4 @@ def register(broker: Broker) -> None:
             ),
         )
 
-    broker.api_table.register(ApiKey.DELETE_GROUPS, delete_groups)
-    broker.api_table.register(ApiKey.OFFSET_DELETE, offset_delete)
+    return {ApiKey.DELETE_GROUPS: delete_groups, ApiKey.OFFSET_DELETE: offset_delete}

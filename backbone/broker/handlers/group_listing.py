@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
+from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group_types import GroupDescription, GroupState
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
@@ -29,8 +30,11 @@ _UNKNOWN_GROUP = GroupDescription(GroupState.DEAD, "", "", [])
 
 
 def register(broker: Broker) -> None:
-    table = broker.api_table
+    for api_key, handler in group_listing_handlers(broker.group_coordinator).items():
+        broker.api_table.register(api_key, handler)
 
+
+def group_listing_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:
     async def describe_groups(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_GROUPS, context.api_version)
@@ -43,7 +47,7 @@ def register(broker: Broker) -> None:
         for group_id in request.groups:
             error = ErrorCode.none
             try:
-                group = broker.group_coordinator.group(group_id)
+                group = coordinator.group(group_id)
                 description = _UNKNOWN_GROUP if group is None else group.describe()
             except Exception as exc:  # CoordinatorError carries its code; anything else is logged once
                 error, description = error_code_of(exc), _UNKNOWN_GROUP
@@ -79,7 +83,7 @@ def register(broker: Broker) -> None:
         # State names match case-insensitively, as Kafka parses them; an unknown name matches nothing.
         wanted = {state.lower() for state in getattr(request, "states_filter", ())}
         listed = []
-        for group in broker.group_coordinator.groups():
+        for group in coordinator.groups():
             state = group.state
             if state is GroupState.DEAD or (wanted and state.value.lower() not in wanted):
                 continue
@@ -99,5 +103,4 @@ def register(broker: Broker) -> None:
             groups=tuple(listed),
         )
 
-    table.register(ApiKey.DESCRIBE_GROUPS, describe_groups)
-    table.register(ApiKey.LIST_GROUPS, list_groups)
+    return {ApiKey.DESCRIBE_GROUPS: describe_groups, ApiKey.LIST_GROUPS: list_groups}

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
+from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group import Group
 from backbone.consumer_groups.group_types import JoinResult
 from backbone.protocol.api import ApiKey
@@ -29,9 +30,8 @@ FIRST_JOIN_VERSION_WITH_NULLABLE_PROTOCOL = 7
 FIRST_BATCH_LEAVE_VERSION = 3
 
 
-def find_group(broker: Broker, group_id: str, *, create: bool = False) -> Group | ErrorCode:
+def find_group(coordinator: GroupCoordinator, group_id: str, *, create: bool = False) -> Group | ErrorCode:
     """The group, or the error to answer with: the coordinator's, or UNKNOWN_MEMBER_ID for no such group."""
-    coordinator = broker.group_coordinator
     try:
         group = coordinator.get_or_create_group(group_id) if create else coordinator.group(group_id)
     except Exception as exc:  # CoordinatorError carries its code; anything else is logged once
@@ -45,14 +45,17 @@ def client_host(context: RequestContext) -> str:
 
 
 def register(broker: Broker) -> None:
-    table = broker.api_table
+    for api_key, handler in group_membership_handlers(broker.group_coordinator).items():
+        broker.api_table.register(api_key, handler)
 
+
+def group_membership_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:
     async def join_group(context: RequestContext) -> Any:
         request = context.decode()
         version = context.api_version
         module = response_module(ApiKey.JOIN_GROUP, version)
         # Joining with no member id may create the group; a member id names a group that must exist.
-        group = find_group(broker, request.group_id, create=not request.member_id)
+        group = find_group(coordinator, request.group_id, create=not request.member_id)
         if isinstance(group, ErrorCode):
             result = JoinResult(group, request.member_id)
         else:
@@ -95,7 +98,7 @@ def register(broker: Broker) -> None:
     async def sync_group(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.SYNC_GROUP, context.api_version)
-        group = find_group(broker, request.group_id)
+        group = find_group(coordinator, request.group_id)
         error, assignment, protocol_type, protocol_name = group, b"", None, None
         if isinstance(group, Group):
             result = await group.sync(
@@ -120,7 +123,7 @@ def register(broker: Broker) -> None:
     async def heartbeat(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.HEARTBEAT, context.api_version)
-        group = find_group(broker, request.group_id)
+        group = find_group(coordinator, request.group_id)
         error = (
             group.heartbeat(
                 request.member_id, getattr(request, "group_instance_id", None), int(request.generation_id)
@@ -138,7 +141,7 @@ def register(broker: Broker) -> None:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
             leaving = [(request.member_id, None)]
-        group = find_group(broker, request.group_id)
+        group = find_group(coordinator, request.group_id)
         if isinstance(group, Group):
             error, member_errors = group.leave(leaving)
         elif group is ErrorCode.unknown_member_id:  # no such group: none of them is a member
@@ -159,7 +162,9 @@ def register(broker: Broker) -> None:
             ),
         )
 
-    table.register(ApiKey.JOIN_GROUP, join_group)
-    table.register(ApiKey.SYNC_GROUP, sync_group)
-    table.register(ApiKey.HEARTBEAT, heartbeat)
-    table.register(ApiKey.LEAVE_GROUP, leave_group)
+    return {
+        ApiKey.JOIN_GROUP: join_group,
+        ApiKey.SYNC_GROUP: sync_group,
+        ApiKey.HEARTBEAT: heartbeat,
+        ApiKey.LEAVE_GROUP: leave_group,
+    }
