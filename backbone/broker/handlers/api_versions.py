@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from backbone.broker.network import RequestContext
-from backbone.protocol.api import ApiKey
+from backbone.broker.network import Handler, RequestContext
+from backbone.protocol.api import ApiKey, ApiTable
 
 if TYPE_CHECKING:
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
-    table = broker.api_table
+    broker.api_table.register(ApiKey.API_VERSIONS, api_versions_handler(broker.api_table))
+
+
+def api_versions_handler(table: ApiTable) -> Handler:
+    """Answers with the versions `table` holds when asked, so APIs registered later are included."""
 
     async def handle(context: RequestContext) -> object:
         # The body (client software name and version, v3+) is only informational; validate it decodes.
         context.decode()
         return table.api_versions_response(context.api_version)
 
-    table.register(ApiKey.API_VERSIONS, handle)
+    return handle

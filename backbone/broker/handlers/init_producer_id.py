@@ -4,12 +4,14 @@ broker reserves in ZooKeeper, so ids are unique across the cluster. Transactions
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
+from backbone.coordination.znodes import ProducerIdBlock
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
@@ -19,8 +21,10 @@ BLOCK_SIZE = 1000
 
 
 class ProducerIdAllocator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """Hands out ids from the current block, reserving the next block (`reserve_block`) once it is used up."""
+
+    def __init__(self, reserve_block: Callable[[], Awaitable[ProducerIdBlock]]) -> None:
+        self._reserve_block = reserve_block
         self._next = 0
         self._last = -1
         self._lock = asyncio.Lock()
@@ -28,9 +32,7 @@ class ProducerIdAllocator:
     async def next_id(self) -> int:
         async with self._lock:
             if self._next > self._last:
-                block = await self.broker.zk(
-                    self.broker.store.allocate_producer_id_block, self.broker.broker_id, BLOCK_SIZE
-                )
+                block = await self._reserve_block()
                 self._next, self._last = block.first, block.last
             producer_id = self._next
             self._next += 1
@@ -38,8 +40,15 @@ class ProducerIdAllocator:
 
 
 def register(broker: Broker) -> None:
-    allocator = ProducerIdAllocator(broker)
+    def reserve_block() -> Awaitable[ProducerIdBlock]:
+        return broker.zk(broker.store.allocate_producer_id_block, broker.broker_id, BLOCK_SIZE)
 
+    broker.api_table.register(
+        ApiKey.INIT_PRODUCER_ID, init_producer_id_handler(ProducerIdAllocator(reserve_block))
+    )
+
+
+def init_producer_id_handler(allocator: ProducerIdAllocator) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.INIT_PRODUCER_ID, context.api_version)
@@ -59,4 +68,4 @@ def register(broker: Broker) -> None:
             producer_epoch=epoch,
         )
 
-    broker.api_table.register(ApiKey.INIT_PRODUCER_ID, handle)
+    return handle
