@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backbone.broker.handlers.common import build, by_topic, error_code_of, response_module, throttle
+from backbone.broker.handlers.common import (
+    build,
+    by_topic,
+    error_code_of,
+    register_all,
+    response_module,
+    throttle,
+)
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.protocol.api import ApiKey
@@ -18,8 +25,7 @@ if TYPE_CHECKING:
 
 
 def register(broker: Broker) -> None:
-    for api_key, handler in group_deletion_handlers(broker.group_coordinator).items():
-        broker.api_table.register(api_key, handler)
+    register_all(broker.api_table, group_deletion_handlers(broker.group_coordinator))
 
 
 def group_deletion_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

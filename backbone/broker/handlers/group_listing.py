@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
+from backbone.broker.handlers.common import build, error_code_of, register_all, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group_types import GroupDescription, GroupState
@@ -30,8 +30,7 @@ _UNKNOWN_GROUP = GroupDescription(GroupState.DEAD, "", "", [])
 
 
 def register(broker: Broker) -> None:
-    for api_key, handler in group_listing_handlers(broker.group_coordinator).items():
-        broker.api_table.register(api_key, handler)
+    register_all(broker.api_table, group_listing_handlers(broker.group_coordinator))
 
 
 def group_listing_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

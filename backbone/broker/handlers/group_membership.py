@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
+from backbone.broker.handlers.common import build, error_code_of, register_all, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group import Group
@@ -45,8 +45,7 @@ def client_host(context: RequestContext) -> str:
 
 
 def register(broker: Broker) -> None:
-    for api_key, handler in group_membership_handlers(broker.group_coordinator).items():
-        broker.api_table.register(api_key, handler)
+    register_all(broker.api_table, group_membership_handlers(broker.group_coordinator))
 
 
 def group_membership_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:
