@@ -22,7 +22,7 @@ from backbone.broker.partition import Partition
 from backbone.log.append import UnexpectedAppendOffsetError
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import KafkaError, error_for
-from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.connection import BrokerConnection, encode_kio
 from backbone.wire.errors import KafkaClientError
 from backbone.wire.fetch import FetchedPartition, decode_fetch_response
 from backbone.wire.messages import group_by_topic
@@ -201,14 +201,10 @@ class ReplicaFetcher:
             )
             for key, (f, epoch) in asked.items()
         ]
-        response = await connection.request(
+        response = await connection.request_kio(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,
-            encode_kio(
-                ApiKey.OFFSET_FOR_LEADER_EPOCH,
-                replica_id=self.settings.broker_id,
-                topics=group_by_topic(rows, "topic"),
-            ),
-            decode_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH),
+            replica_id=self.settings.broker_id,
+            topics=group_by_topic(rows, "topic"),
         )
         for topic in response.topics:
             for answer in topic.partitions:
@@ -346,15 +342,11 @@ class ReplicaFetcher:
             )
             for key, f in followed.items()
         )
-        response = await connection.request(
+        response = await connection.request_kio(
             ApiKey.LIST_OFFSETS,
-            encode_kio(
-                ApiKey.LIST_OFFSETS,
-                replica_id=self.settings.broker_id,
-                isolation_level=0,
-                topics=group_by_topic(rows),
-            ),
-            decode_kio(ApiKey.LIST_OFFSETS),
+            replica_id=self.settings.broker_id,
+            isolation_level=0,
+            topics=group_by_topic(rows),
         )
         found = {}
         for topic in response.topics:

@@ -340,6 +340,13 @@ class ClusterClient:
         conn = await (self.any_connection() if node_id is None else self.connection(node_id))
         return await conn.request(api_key, encode, decode, timeout_ms=timeout_ms)
 
+    async def request_kio(
+        self, node_id: int | None, api_key: int, *, request_timeout_ms: int | None = None, **values: Any
+    ) -> Any:
+        """One kio request of `api_key` built from `values` to `node_id` (None: any broker); its response."""
+        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        return await conn.request_kio(api_key, request_timeout_ms=request_timeout_ms, **values)
+
     # -- metadata ---------------------------------------------------------------------------------
 
     def add_topics(self, topics: Iterable[str]) -> None:

@@ -297,6 +297,12 @@ class BrokerConnection:
         response = await self._send(api_key, version, encode(version), timeout_ms or self.request_timeout_ms)
         return decode(response.version, response.frame, response.body_offset)
 
+    async def request_kio(self, api_key: int, *, request_timeout_ms: int | None = None, **values: Any) -> Any:
+        """Send the kio request of `api_key` built from `values`; the kio response entity."""
+        return await self.request(
+            api_key, encode_kio(api_key, **values), decode_kio(api_key), timeout_ms=request_timeout_ms
+        )
+
     async def send_no_response(self, api_key: int, version: int, body: Body) -> None:
         """Write a request the broker does not answer (Produce with acks=0)."""
         await self.connect()

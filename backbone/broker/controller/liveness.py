@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import KafkaError
-from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.connection import BrokerConnection
 from backbone.wire.errors import KafkaClientError
 from backbone.wire.security import ClientSecurity
 
@@ -199,10 +199,8 @@ class Liveness:
             )
             await connection.connect()  # negotiates ApiVersions: that is the probe
             return Outcome.ANSWERED
-        await connection.request(
-            ApiKey.API_VERSIONS,
-            encode_kio(ApiKey.API_VERSIONS, client_software_name="backbone", client_software_version="1"),
-            decode_kio(ApiKey.API_VERSIONS),
+        await connection.request_kio(
+            ApiKey.API_VERSIONS, client_software_name="backbone", client_software_version="1"
         )
         return Outcome.ANSWERED
 

@@ -391,10 +391,8 @@ class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
                     metadata.controller_id,
                     sorted(metadata.brokers.values(), key=lambda b: b.node_id),
                 )
-            response = await conn.request(
-                ApiKey.DESCRIBE_CLUSTER,
-                encode_kio(ApiKey.DESCRIBE_CLUSTER, include_cluster_authorized_operations=False),
-                decode_kio(ApiKey.DESCRIBE_CLUSTER),
+            response = await conn.request_kio(
+                ApiKey.DESCRIBE_CLUSTER, include_cluster_authorized_operations=False
             )
             if response.error_code:
                 raise error_for(response.error_code, response.error_message or "DescribeCluster")

@@ -28,7 +28,7 @@ from backbone.client.structs import OffsetAndMetadata, OffsetAndTimestamp, Topic
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
 from backbone.protocol.headers import MalformedMessage
-from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.connection import BrokerConnection
 from backbone.wire.groups.consumer_protocol import decode_assignment
 from backbone.wire.groups.lag import MemberInfo, PartitionLag, group_lag
 from backbone.wire.messages import group_by_topic
@@ -139,12 +139,7 @@ class GroupAdminMixin(AdminHost):
         wanted = sorted(set(states)) if states is not None else []
 
         async def ask(node: int) -> list[GroupListing]:
-            response = await self.cluster.request(
-                node,
-                ApiKey.LIST_GROUPS,
-                encode_kio(ApiKey.LIST_GROUPS, states_filter=wanted),
-                decode_kio(ApiKey.LIST_GROUPS),
-            )
+            response = await self.cluster.request_kio(node, ApiKey.LIST_GROUPS, states_filter=wanted)
             if response.error_code:
                 raise error_for(response.error_code, f"ListGroups on broker {node}")
             return [
@@ -174,11 +169,8 @@ class GroupAdminMixin(AdminHost):
         """
 
         async def send(node: int, groups: list[str]) -> list[tuple[str, int, GroupDescription]]:
-            response = await self.cluster.request(
-                node,
-                ApiKey.DESCRIBE_GROUPS,
-                encode_kio(ApiKey.DESCRIBE_GROUPS, groups=groups, include_authorized_operations=False),
-                decode_kio(ApiKey.DESCRIBE_GROUPS),
+            response = await self.cluster.request_kio(
+                node, ApiKey.DESCRIBE_GROUPS, groups=groups, include_authorized_operations=False
             )
             return [(g.group_id, int(g.error_code), _group_description(g, node)) for g in response.groups]
 
@@ -191,12 +183,7 @@ class GroupAdminMixin(AdminHost):
         (NonEmptyGroupError); one that does not exist raises GroupIdNotFoundError."""
 
         async def send(node: int, groups: list[str]) -> list[tuple[str, int, None]]:
-            response = await self.cluster.request(
-                node,
-                ApiKey.DELETE_GROUPS,
-                encode_kio(ApiKey.DELETE_GROUPS, groups_names=groups),
-                decode_kio(ApiKey.DELETE_GROUPS),
-            )
+            response = await self.cluster.request_kio(node, ApiKey.DELETE_GROUPS, groups_names=groups)
             return [(r.group_id, int(r.error_code), None) for r in response.results]
 
         return await self._per_group(group_ids, send, "delete_consumer_groups", timeout_ms)
@@ -255,11 +242,7 @@ class GroupAdminMixin(AdminHost):
 
         async def attempt() -> dict[TopicPartition, None]:
             conn = await self._coordinator_connection(group_id)
-            response = await conn.request(
-                ApiKey.OFFSET_DELETE,
-                encode_kio(ApiKey.OFFSET_DELETE, group_id=group_id, topics=topics),
-                decode_kio(ApiKey.OFFSET_DELETE),
-            )
+            response = await conn.request_kio(ApiKey.OFFSET_DELETE, group_id=group_id, topics=topics)
             if response.error_code:
                 raise error_for(response.error_code, f"deleting offsets of group {group_id!r}")
             codes = {

@@ -11,7 +11,7 @@ from backbone.client.admin.host import AdminHost
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
-from backbone.wire.connection import decode_kio, encode_kio
+from backbone.wire.connection import encode_kio
 from backbone.wire.reassignment import PartitionReassignment
 
 PREFERRED = 0
@@ -149,12 +149,7 @@ class ReplicaAdminMixin(AdminHost):
 
         async def ask(node: int) -> dict[TopicPartition, ReplicaInfo]:
             async def attempt() -> dict[TopicPartition, ReplicaInfo]:
-                response = await self.cluster.request(
-                    node,
-                    ApiKey.DESCRIBE_LOG_DIRS,
-                    encode_kio(ApiKey.DESCRIBE_LOG_DIRS, topics=None),
-                    decode_kio(ApiKey.DESCRIBE_LOG_DIRS),
-                )
+                response = await self.cluster.request_kio(node, ApiKey.DESCRIBE_LOG_DIRS, topics=None)
                 if getattr(response, "error_code", 0):  # v3+
                     raise error_for(response.error_code, f"DescribeLogDirs on broker {node}")
                 found = {}

@@ -40,7 +40,7 @@ from backbone.protocol.errors import (
 )
 from backbone.protocol.record_batch import HEADER_SIZE, peek_size, read_header
 from backbone.protocol.records import ControlType, DecodedBatch, Record, control_type, decode_batch
-from backbone.wire.connection import decode_kio, encode_kio
+from backbone.wire.connection import encode_kio
 from backbone.wire.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
 from backbone.wire.fetch import FetchedPartition, decode_fetch_response
 from backbone.wire.messages import group_by_topic
@@ -265,16 +265,12 @@ class Fetcher:
         rows = (
             (tp, {"partition_index": tp.partition, "timestamp": target}) for tp, target in targets.items()
         )
-        response = await self.cluster.request(
+        response = await self.cluster.request_kio(
             node_id,
             ApiKey.LIST_OFFSETS,
-            encode_kio(
-                ApiKey.LIST_OFFSETS,
-                replica_id=-1,
-                isolation_level=self.isolation,
-                topics=group_by_topic(rows),
-            ),
-            decode_kio(ApiKey.LIST_OFFSETS),
+            replica_id=-1,
+            isolation_level=self.isolation,
+            topics=group_by_topic(rows),
         )
         result = {}
         for topic in response.topics:

@@ -17,7 +17,7 @@ from typing import Any
 from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, error_for
-from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.connection import BrokerConnection
 from backbone.wire.messages import group_by_topic
 
 __all__ = [
@@ -71,10 +71,8 @@ class JoinResult:
 
 async def find_coordinator(conn: BrokerConnection, group_id: str) -> CoordinatorAddress:
     """The broker coordinating `group_id` (raises the Kafka error when there is none yet)."""
-    response = await conn.request(
-        ApiKey.FIND_COORDINATOR,
-        encode_kio(ApiKey.FIND_COORDINATOR, key=group_id, key_type=_GROUP_KEY, coordinator_keys=[group_id]),
-        decode_kio(ApiKey.FIND_COORDINATOR),
+    response = await conn.request_kio(
+        ApiKey.FIND_COORDINATOR, key=group_id, key_type=_GROUP_KEY, coordinator_keys=[group_id]
     )
     found: Any = response
     if hasattr(response, "coordinators"):  # v4+: one entry per key asked for
@@ -101,21 +99,17 @@ async def join_group(
     timeout_ms: int,
 ) -> JoinResult:
     """One JoinGroup round trip; the coordinator may hold it for up to the rebalance timeout."""
-    response = await conn.request(
+    response = await conn.request_kio(
         ApiKey.JOIN_GROUP,
-        encode_kio(
-            ApiKey.JOIN_GROUP,
-            group_id=group_id,
-            session_timeout=session_timeout_ms,
-            rebalance_timeout=rebalance_timeout_ms,
-            member_id=member_id,
-            group_instance_id=group_instance_id,
-            protocol_type=PROTOCOL_TYPE,
-            protocols=[{"name": name, "metadata": metadata} for name, metadata in protocols],
-            reason=reason,
-        ),
-        decode_kio(ApiKey.JOIN_GROUP),
-        timeout_ms=timeout_ms,
+        group_id=group_id,
+        session_timeout=session_timeout_ms,
+        rebalance_timeout=rebalance_timeout_ms,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        protocol_type=PROTOCOL_TYPE,
+        protocols=[{"name": name, "metadata": metadata} for name, metadata in protocols],
+        reason=reason,
+        request_timeout_ms=timeout_ms,
     )
     return JoinResult(
         error_code=ErrorCode(response.error_code),
@@ -143,20 +137,16 @@ async def sync_group(
     timeout_ms: int,
 ) -> tuple[ErrorCode, bytes]:
     """One SyncGroup round trip: (error code, this member's assignment bytes)."""
-    response = await conn.request(
+    response = await conn.request_kio(
         ApiKey.SYNC_GROUP,
-        encode_kio(
-            ApiKey.SYNC_GROUP,
-            group_id=group_id,
-            generation_id=generation_id,
-            member_id=member_id,
-            group_instance_id=group_instance_id,
-            protocol_type=PROTOCOL_TYPE,
-            protocol_name=protocol_name,
-            assignments=[{"member_id": m, "assignment": a} for m, a in assignments.items()],
-        ),
-        decode_kio(ApiKey.SYNC_GROUP),
-        timeout_ms=timeout_ms,
+        group_id=group_id,
+        generation_id=generation_id,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        protocol_type=PROTOCOL_TYPE,
+        protocol_name=protocol_name,
+        assignments=[{"member_id": m, "assignment": a} for m, a in assignments.items()],
+        request_timeout_ms=timeout_ms,
     )
     return ErrorCode(response.error_code), bytes(response.assignment or b"")
 
@@ -169,16 +159,12 @@ async def heartbeat(
     member_id: str,
     group_instance_id: str | None,
 ) -> ErrorCode:
-    response = await conn.request(
+    response = await conn.request_kio(
         ApiKey.HEARTBEAT,
-        encode_kio(
-            ApiKey.HEARTBEAT,
-            group_id=group_id,
-            generation_id=generation_id,
-            member_id=member_id,
-            group_instance_id=group_instance_id,
-        ),
-        decode_kio(ApiKey.HEARTBEAT),
+        group_id=group_id,
+        generation_id=generation_id,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
     )
     return ErrorCode(response.error_code)
 
@@ -187,15 +173,11 @@ async def leave_group(
     conn: BrokerConnection, group_id: str, *, member_id: str, group_instance_id: str | None, reason: str
 ) -> ErrorCode:
     """Leave the group (v3+ name the member in a list; their per-member error wins over the top-level one)."""
-    response = await conn.request(
+    response = await conn.request_kio(
         ApiKey.LEAVE_GROUP,
-        encode_kio(
-            ApiKey.LEAVE_GROUP,
-            group_id=group_id,
-            member_id=member_id,
-            members=[{"member_id": member_id, "group_instance_id": group_instance_id, "reason": reason}],
-        ),
-        decode_kio(ApiKey.LEAVE_GROUP),
+        group_id=group_id,
+        member_id=member_id,
+        members=[{"member_id": member_id, "group_instance_id": group_instance_id, "reason": reason}],
     )
     for member in getattr(response, "members", ()):
         if member.error_code:
@@ -225,17 +207,13 @@ async def offset_commit(
         )
         for tp, meta in offsets.items()
     )
-    response = await conn.request(
+    response = await conn.request_kio(
         ApiKey.OFFSET_COMMIT,
-        encode_kio(
-            ApiKey.OFFSET_COMMIT,
-            group_id=group_id,
-            generation_id_or_member_epoch=generation_id,
-            member_id=member_id,
-            group_instance_id=group_instance_id,
-            topics=group_by_topic(rows),
-        ),
-        decode_kio(ApiKey.OFFSET_COMMIT),
+        group_id=group_id,
+        generation_id_or_member_epoch=generation_id,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        topics=group_by_topic(rows),
     )
     return {
         TopicPartition(topic.name, int(part.partition_index)): ErrorCode(part.error_code)
@@ -258,15 +236,11 @@ async def offset_fetch(
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = [{"name": name, "partition_indexes": parts} for name, parts in by_topic.items()]
-    response = await conn.request(
+    response = await conn.request_kio(
         ApiKey.OFFSET_FETCH,
-        encode_kio(
-            ApiKey.OFFSET_FETCH,
-            group_id=group_id,
-            topics=topics,
-            groups=[{"group_id": group_id, "topics": topics}],
-        ),
-        decode_kio(ApiKey.OFFSET_FETCH),
+        group_id=group_id,
+        topics=topics,
+        groups=[{"group_id": group_id, "topics": topics}],
     )
     answer: Any = response
     if hasattr(response, "groups"):  # v8+: one entry per group asked for

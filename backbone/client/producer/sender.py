@@ -29,7 +29,7 @@ from backbone.client.producer.idempotence import IdempotenceState
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
-from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
+from backbone.wire.connection import BrokerConnection
 from backbone.wire.errors import (
     KafkaClientError,
     KafkaConnectionError,
@@ -292,15 +292,11 @@ class Sender:
         attempt = 0
         while not state.has_producer_id and not self._stopping:
             try:
-                response = await self.cluster.request(
+                response = await self.cluster.request_kio(
                     None,
                     ApiKey.INIT_PRODUCER_ID,
-                    encode_kio(
-                        ApiKey.INIT_PRODUCER_ID,
-                        transactional_id=None,
-                        transaction_timeout=_TRANSACTION_TIMEOUT_MS,
-                    ),
-                    decode_kio(ApiKey.INIT_PRODUCER_ID),
+                    transactional_id=None,
+                    transaction_timeout=_TRANSACTION_TIMEOUT_MS,
                 )
                 if response.error_code:
                     raise error_for(response.error_code, "InitProducerId")
