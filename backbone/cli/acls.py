@@ -5,13 +5,14 @@ reload their ACLs when a change is announced, within moments."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from backbone.cli import UsageError
 from backbone.cli.users import open_store, zookeeper_options
 
 if TYPE_CHECKING:
-    from backbone.coordination import AclBinding
+    from backbone.coordination import AclBinding, ClusterStore
 
 OPERATIONS = (
     "All",
@@ -85,20 +86,22 @@ def _bindings(args: argparse.Namespace) -> list[AclBinding]:
 
 
 def add_acls(args: argparse.Namespace) -> int:
-    bindings = _bindings(args)
-    with open_store(args) as store:
-        store.add_acls(bindings)
-    for binding in bindings:
-        print(f"added {_line(binding)}")
-    return 0
+    return _change_acls(args, "added", lambda store, bindings: store.add_acls(bindings))
 
 
 def remove_acls(args: argparse.Namespace) -> int:
+    return _change_acls(args, "removed", lambda store, bindings: store.remove_acls(bindings))
+
+
+def _change_acls(
+    args: argparse.Namespace, done: str, change: Callable[[ClusterStore, list[AclBinding]], None]
+) -> int:
+    """Apply `change` to the bindings the arguments name, in one store session; print each as `done`."""
     bindings = _bindings(args)
     with open_store(args) as store:
-        store.remove_acls(bindings)
+        change(store, bindings)
     for binding in bindings:
-        print(f"removed {_line(binding)}")
+        print(f"{done} {_line(binding)}")
     return 0
 
 

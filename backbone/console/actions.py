@@ -101,10 +101,8 @@ async def _run(
     try:
         outcome = await _with_admin(request, snapshot.name, work)
         result, ok, status = f"ok: {describe(outcome)}", True, 200
-    except KafkaError as error:
-        result, ok, status = f"failed: {type(error).__name__}: {error}", False, 400
-    except (KafkaClientError, OSError, TimeoutError) as error:
-        result, ok, status = f"failed: cluster {snapshot.name} did not answer: {error}", False, 503
+    except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:
+        result, ok, status = _failure(error, snapshot.name)
     user = request[auth.USER]
     await asyncio.to_thread(console.history.log_action, user, snapshot.name, action, target, detail, result)
     log.info(
@@ -116,11 +114,24 @@ async def _run(
         ok,
     )
     console.samplers[snapshot.name].wake()
+    return _done(request, status, f"{action} {target}", result, ok, back)
+
+
+def _failure(error: Exception, cluster: str) -> tuple[str, bool, int]:
+    """An action's result line, success flag and HTTP status when it raised `error`: the cluster refused
+    (a Kafka error, 400) or did not answer (503)."""
+    if isinstance(error, KafkaError):
+        return f"failed: {type(error).__name__}: {error}", False, 400
+    return f"failed: cluster {cluster} did not answer: {error}", False, 503
+
+
+def _done(request: web.Request, status: int, title: str, result: str, ok: bool, back: str) -> web.Response:
+    """The page saying how a one-step action went."""
     return render(
         request,
         "done.html",
         status=status,
-        title=f"{action} {target}",
+        title=title,
         result=result,
         ok=ok,
         back=back,
@@ -300,25 +311,13 @@ async def produce(request: web.Request) -> web.Response:
         ) as producer:
             sent = await (await producer.send(topic.name, value, key=key, partition=partition))
         result, ok, status = f"ok: partition {sent.partition} offset {sent.offset}", True, 200
-    except KafkaError as error:
-        result, ok, status = f"failed: {type(error).__name__}: {error}", False, 400
-    except (KafkaClientError, OSError, TimeoutError) as error:
-        result, ok, status = f"failed: cluster {snapshot.name} did not answer: {error}", False, 503
+    except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:
+        result, ok, status = _failure(error, snapshot.name)
     detail = f"key {browse.show_bytes(key, 'text')!r}, {len(value)} bytes of value"
     await asyncio.to_thread(
         console.history.log_action, request[auth.USER], snapshot.name, "produce", topic.name, detail, result
     )
-    return render(
-        request,
-        "done.html",
-        status=status,
-        title=f"produce to {topic.name}",
-        result=result,
-        ok=ok,
-        back=back,
-        progress=None,
-        progress_header=None,
-    )
+    return _done(request, status, f"produce to {topic.name}", result, ok, back)
 
 
 # -- replicas -----------------------------------------------------------------------------------------------

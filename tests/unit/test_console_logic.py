@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from backbone.client import KafkaClientError
+from backbone.console.actions import _failure
 from backbone.console.burrow import ERR, OK, WARN, Observation, evaluate_partition
 from backbone.console.charts import line_chart
 from backbone.console.config import ConfigError, load, parse
 from backbone.console.history import HistoryStore, HistoryUnavailable
 from backbone.console.sampler import _refuses_connections
 from backbone.console.snapshot import PartitionState
+from backbone.protocol.errors import TopicAuthorizationFailedError
 
 pytestmark = pytest.mark.unit
 
@@ -233,3 +236,11 @@ def test_a_down_broker_and_what_it_leaves_behind_read_as_one_sentence() -> None:
         "dc2", "datacenter", taken_ms=1, topics={"events": TopicState("events", False, shrunk)}
     )
     assert [(p.severity, p.text) for p in problems(alone)] == [(WARN, "dc2: 1 partition under-replicated")]
+
+
+def test_a_refused_action_is_a_400_and_an_unanswered_one_a_503() -> None:
+    refusal = TopicAuthorizationFailedError("not allowed")
+    assert _failure(refusal, "dc1") == (f"failed: TopicAuthorizationFailedError: {refusal}", False, 400)
+    for unanswered in (KafkaClientError("closed"), OSError("refused"), TimeoutError("slow")):
+        expected = f"failed: cluster dc1 did not answer: {unanswered}"
+        assert _failure(unanswered, "dc1") == (expected, False, 503)
