@@ -36,7 +36,7 @@ from hourly_load_support import (
 
 from backbone.client import Admin, Consumer, TopicPartition
 from backbone.dev import topology
-from backbone.mirror.audit import read_audit_counts
+from backbone.client.audit.reading import read_audit_counts
 from tests.helpers.waiting import wait_until
 
 MANIFESTS = ("_etl", "manifests")
