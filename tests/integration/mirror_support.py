@@ -7,6 +7,7 @@ process started here is killed when the test ends, however it ends.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -16,10 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from backbone.client import Admin, Consumer, Producer, TopicPartition
 from backbone.coordination import ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 from backbone.mirror import provenance
+from tests.helpers.waiting import wait_until
 
 GROUP_SETTINGS = {
     "group.initial.rebalance.delay.ms": 0,
@@ -53,6 +57,19 @@ class MirrorProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def copied(self) -> int:
+        """Records copied so far, as the last progress line says (0 before the first)."""
+        found = re.findall(r"event=mirror_progress copied=(\d+)", self.output())
+        return int(found[-1]) if found else 0
+
+    def wait_caught_up(self, source: str, group: str, topic: str, timeout: float = 120) -> None:
+        """Wait until `group` committed the end of `topic`; a failure shows the end of the mirror's log."""
+        try:
+            wait_until(lambda: caught_up(source, group, topic), timeout, what="the mirror caught up")
+        except pytest.fail.Exception as failed:
+            tail = "\n".join(self.output().splitlines()[-30:])
+            pytest.fail(f"{failed}\nthe mirror's output ends:\n{tail}")
 
 
 @contextmanager

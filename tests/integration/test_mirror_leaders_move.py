@@ -6,7 +6,6 @@ after every move, and every acknowledged source record is in the target exactly 
 
 from __future__ import annotations
 
-import re
 import signal
 from collections import Counter
 from pathlib import Path
@@ -18,7 +17,6 @@ from mirror_support import (
     KeyedProducer,
     MirrorProcess,
     TargetCluster,
-    caught_up,
     mirror_args,
     mirrors,
     origins,
@@ -59,15 +57,13 @@ def test_target_leaders_moving_under_a_running_mirror(broker_factory, tmp_path: 
             mirror = MirrorProcess(tmp_path / "mirror.log", *args).start()
             started.append(mirror)
 
-            def copied() -> int:
-                found = re.findall(r"event=mirror_progress copied=(\d+)", mirror.output())
-                return int(found[-1]) if found else 0
-
             def copies_on(after: str) -> None:
-                before = copied()
-                wait_until(lambda: copied() > before + 200, 90, what=f"the mirror copying after {after}")
+                before = mirror.copied()
+                wait_until(
+                    lambda: mirror.copied() > before + 200, 90, what=f"the mirror copying after {after}"
+                )
 
-            wait_until(lambda: copied() > 500, 60, what="records copied before the moves")
+            wait_until(lambda: mirror.copied() > 500, 60, what="records copied before the moves")
             wait_until(lambda: fully_in_sync(target.bootstrap), 60, what="every target replica in sync")
 
             # 1. Every partition gets another preferred leader, and it is elected.
@@ -108,13 +104,7 @@ def test_target_leaders_moving_under_a_running_mirror(broker_factory, tmp_path: 
             copies_on(f"target broker {victim.broker_id} leads again")
 
             producer.stop()
-            try:
-                wait_until(
-                    lambda: caught_up(source.bootstrap, GROUP, TOPIC), 120, what="the mirror caught up"
-                )
-            except pytest.fail.Exception as failed:
-                tail = "\n".join(mirror.output().splitlines()[-30:])
-                pytest.fail(f"{failed}\nthe mirror's output ends:\n{tail}")
+            mirror.wait_caught_up(source.bootstrap, GROUP, TOPIC)
             arrived = Counter(
                 (hop.partition, hop.offset) for hop in origins(read_all(target.bootstrap, TOPIC, 120))
             )

@@ -5,7 +5,6 @@ reaches the target."""
 
 from __future__ import annotations
 
-import re
 import signal
 
 import pytest
@@ -14,7 +13,6 @@ from mirror_support import (
     KeyedProducer,
     MirrorProcess,
     TargetCluster,
-    caught_up,
     mirror_args,
     mirrors,
     origins,
@@ -49,29 +47,21 @@ def test_the_whole_target_cluster_restarted_under_a_running_mirror(broker_factor
             mirror = MirrorProcess(tmp_path / "mirror.log", *args).start()
             started.append(mirror)
 
-            def copied() -> int:
-                found = re.findall(r"event=mirror_progress copied=(\d+)", mirror.output())
-                return int(found[-1]) if found else 0
-
-            wait_until(lambda: copied() > 500, 60, what="records copied before the restart")
+            wait_until(lambda: mirror.copied() > 500, 60, what="records copied before the restart")
             target.stop(how)
             acknowledged = producer.count()
             wait_until(
                 lambda: producer.count() > acknowledged + 2000, 60, what="records while the target is down"
             )
             target.start()
-            copied_before = copied()
-            wait_until(lambda: copied() > copied_before, 90, what="the mirror copying after the restart")
+            copied_before = mirror.copied()
+            wait_until(
+                lambda: mirror.copied() > copied_before, 90, what="the mirror copying after the restart"
+            )
             produced_after = producer.count()
             wait_until(lambda: producer.count() > produced_after + 2000, 60, what="records after the restart")
             producer.stop()
-            try:
-                wait_until(
-                    lambda: caught_up(source.bootstrap, GROUP, TOPIC), 120, what="the mirror caught up"
-                )
-            except pytest.fail.Exception as failed:
-                tail = "\n".join(mirror.output().splitlines()[-30:])
-                pytest.fail(f"{failed}\nthe mirror's output ends:\n{tail}")
+            mirror.wait_caught_up(source.bootstrap, GROUP, TOPIC)
             found = {(hop.partition, hop.offset) for hop in origins(read_all(target.bootstrap, TOPIC, 120))}
             missing = producer.acknowledged - found
             assert not missing, f"{len(missing)} acknowledged records missing, e.g. {sorted(missing)[:5]}"
