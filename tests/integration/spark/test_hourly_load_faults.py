@@ -35,8 +35,8 @@ from hourly_load_support import (
 )
 
 from backbone.client import Admin, Consumer, TopicPartition
-from backbone.dev import topology
 from backbone.client.audit.reading import read_audit_counts
+from backbone.dev import topology
 from tests.helpers.waiting import wait_until
 
 MANIFESTS = ("_etl", "manifests")
