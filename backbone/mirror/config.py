@@ -60,6 +60,20 @@ SPECS = {
         Property("metrics.port", int, 0, minimum=0, maximum=65535, doc="Prometheus endpoint; 0: none"),
         Property("poll.max.records", int, 10_000, minimum=1, doc="records copied per cycle at most"),
         Property(
+            "max.in.flight.records",
+            int,
+            100_000,
+            minimum=1,
+            doc="records sent and not yet acknowledged at most; beyond, reading waits for the target",
+        ),
+        Property(
+            "revoke.wait.ms",
+            int,
+            10_000,
+            minimum=0,
+            doc="revoked partitions' answers are awaited this long; the rest is copied again",
+        ),
+        Property(
             "commit.interval.ms", int, 1000, minimum=0, doc="how often acknowledged offsets are committed"
         ),
         Property("progress.interval.ms", int, 10_000, minimum=0, doc="how often a progress line is logged"),
@@ -102,6 +116,8 @@ class MirrorConfig:
     audit_topic: str = "__audit"
     audit_bucket_ms: int = 600_000
     audit_interval_ms: int = 10_000
+    max_in_flight_records: int = 100_000
+    revoke_wait_ms: int = 10_000
 
     @classmethod
     def from_properties(cls, raw: Mapping[str, Any]) -> MirrorConfig:
@@ -148,6 +164,8 @@ class MirrorConfig:
             audit_topic=values["audit.topic"],
             audit_bucket_ms=values["audit.bucket.ms"],
             audit_interval_ms=values["audit.interval.ms"],
+            max_in_flight_records=values["max.in.flight.records"],
+            revoke_wait_ms=values["revoke.wait.ms"],
         )
 
     def subscription_pattern(self) -> str:

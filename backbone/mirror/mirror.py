@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 _POLL_MS = 500
 _RETRY_BACKOFF_S = 1.0
 _CLOSE_STEP_S = 10.0  # each step of a shutdown waits at most this long
-_MAX_IN_FLIGHT_RECORDS = 100_000  # sent but not yet acknowledged; beyond this, wait for the target
+_ANSWER_WAIT_S = 1.0  # the longest the loop waits for the target's answers at once (it then goes on)
 _SOURCE_CHECK_S = 5.0  # how often copied source topics are checked for new partitions or a new topic id
 
 
@@ -104,6 +104,7 @@ class Mirror(ConsumerRebalanceListener):
         self._in_flight_records = 0
         self._isolating: dict[TopicPartition, int] = {}  # partition -> last offset sent one by one
         self._retrying = False  # a partition was rewound this cycle: back off before reading it again
+        self._held = False  # reading stopped until the target answers (`_hold_reading`)
         self.audit = _audit_publisher(config) if config.audit_bootstrap else None
         self._last_audit = time.monotonic()
         self._audit_publishing: asyncio.Task[bool] | None = None
@@ -123,6 +124,7 @@ class Mirror(ConsumerRebalanceListener):
         )
         try:
             while not stop.is_set():
+                self._hold_reading()
                 polled = await self.consumer.poll(
                     timeout_ms=_POLL_MS, max_records=self.config.poll_max_records
                 )
@@ -178,9 +180,36 @@ class Mirror(ConsumerRebalanceListener):
                 records = records[:1]
             self._in_flight.append(await self._send(route, tp, records))
             self._in_flight_records += len(records)
-        if self._isolating or self._in_flight_records > _MAX_IN_FLIGHT_RECORDS:
-            await self.producer.flush()  # bounds what is unacknowledged; isolation needs each answer now
+        if self._isolating or self._in_flight_records > self.config.max_in_flight_records:
+            # Bounds what is unacknowledged, and isolation needs each answer now; but a target that does not
+            # answer must not stop the loop (commits, heartbeats, progress): when the answers do not come in
+            # time, reading stops instead (`_hold_reading`) until they do.
+            with contextlib.suppress(KafkaClientError):
+                await self._settle_all(_ANSWER_WAIT_S)
         self._settle_done()
+
+    def _hold_reading(self) -> None:
+        """Read nothing while the target has not answered enough of what was sent (more than
+        `max.in.flight.records`, or a record being isolated); read again once it has. Held
+        partitions stay in the group (the loop keeps polling) and keep what was fetched for them."""
+        hold = self._in_flight_records > self.config.max_in_flight_records or bool(
+            self._isolating and self._in_flight
+        )
+        if not hold and not self._held:
+            return
+        readable = {tp for tp in self.consumer.assignment() if self._stats.of(tp).stopped_reason is None}
+        if hold:  # every time: partitions assigned meanwhile are held too
+            if not self._held:
+                log.warning(
+                    "event=mirror_reading_held in_flight_records=%d reason=%r",
+                    self._in_flight_records,
+                    "waiting for the target to acknowledge what was sent",
+                )
+            self.consumer.pause(*readable)
+        else:
+            log.info("event=mirror_reading_resumed in_flight_records=%d", self._in_flight_records)
+            self.consumer.resume(*readable)
+        self._held = hold
 
     def _moved(self, tp: TopicPartition, records: Sequence[ConsumerRecord]) -> bool:
         """The partition is new to its route, or its records start before the mirror's position."""
@@ -429,8 +458,11 @@ class Mirror(ConsumerRebalanceListener):
             self._stats.of(tp).committed = offset.offset
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        # Wait for the target's answers to everything sent, then commit it before giving it up.
-        await self._settle_all()
+        """Commit what the target acknowledged of the revoked partitions before giving them up. Their
+        answers are awaited a bounded time (the group waits for this member meanwhile): what the target did
+        not acknowledge by then is not committed, so the next owner copies it again (duplicates, no loss)."""
+        with contextlib.suppress(KafkaClientError):
+            await self._settle_all(self.config.revoke_wait_ms / 1000)
         await self._commit(revoked)
         self._drop(revoked)
 

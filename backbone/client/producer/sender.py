@@ -161,7 +161,12 @@ class Sender:
             while not self._stopping:
                 self._wake_requested = False
                 self._wakeup.clear()
-                wait = await self._round(time.monotonic())
+                try:
+                    wait = await self._round(time.monotonic())
+                except Exception:
+                    # A defect here must not end the task: every batch would then wait for good, silently.
+                    log.exception("event=sender_round_failed")
+                    wait = _POLL_WHEN_BLOCKED
                 if wait <= 0:
                     continue
                 if wait != float("inf"):
@@ -332,6 +337,19 @@ class Sender:
             self.wakeup()  # a round for everything else: other brokers, timers, a producer id
 
     async def _produce_once(self, node_id: int, batches: list[ProducerBatch]) -> None:
+        try:
+            await self._exchange(node_id, batches)
+        except Exception as error:
+            # A defect must not strand the batches as in flight: they would hold back their partitions'
+            # retries and any epoch bump for good. They are retried (or expire) like after a lost answer.
+            log.exception("event=produce_request_failed node=%d", node_id)
+            failure = KafkaConnectionError(f"producing to broker {node_id} failed: {error!r}")
+            for batch in batches:
+                if not batch.done:
+                    self._settle_error(batch, failure, -1)
+
+    async def _exchange(self, node_id: int, batches: list[ProducerBatch]) -> None:
+        """One Produce request and its answer, each batch settled by what the broker said of it."""
         by_tp = {batch.tp: batch for batch in batches}
         topics: dict[str, list[tuple[int, bytes | bytearray]]] = defaultdict(list)
         for batch in batches:
