@@ -46,6 +46,8 @@ def usual_ports_taken() -> Iterator[None]:
     with ExitStack() as stack:
         for port in USUAL_PORTS:
             sock = stack.enter_context(socket.socket())
+            # As the brokers bind: a port whose earlier connections linger in TIME_WAIT is free to listen on.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
                 sock.listen()
