@@ -54,6 +54,10 @@ class RunLayout(NamedTuple):
     value_size: int
     fields: struct.Struct
     """Unpacks a record into its timestamp delta's varint and its key and value where not null."""
+    key_at: int
+    value_at: int
+    """Where the key's and the value's bytes start (meaningless for a null one): for readers that cut a
+    whole run's keys or values out at once (column by column) instead of record by record."""
 
 
 @dataclass(slots=True, eq=False)
@@ -214,6 +218,8 @@ def _uniform_layout(buf: bytes, pos: int, end: int) -> RunLayout | None:
         key_size,
         value_size,
         fields,
+        key_at,
+        value_at,
     )
 
 

@@ -171,6 +171,12 @@ class LazyRecords(Sequence[Record]):
     def __len__(self) -> int:
         return self._length
 
+    @property
+    def parts(self) -> tuple[list[Record] | record_runs.UniformRun, ...]:
+        """Its records as the decoder left them: lists of records and undecoded uniform runs, in order
+        (for readers that turn a run into columns without making its records)."""
+        return tuple(self._parts)
+
     def __iter__(self) -> Iterator[Record]:
         return itertools.chain.from_iterable(self._parts)
 

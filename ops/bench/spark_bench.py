@@ -10,7 +10,15 @@ Starts ZooKeeper and one broker (unless `--bootstrap` names a running cluster), 
   decode, Arrow batches) over the same ranges in one process, and the client consumer alone (fetch and
   decode, no Arrow).
 
+The batch read is reported twice: the session's first query (it pays the Python workers' start and
+imports and the JVM's warm-up: a fixed cost, whatever the records) and the best of `--runs` later ones.
+
+With `--before GIT_REF`, the code of that commit (its `backbone` and `spark` folders, exported from git)
+and this code are measured in turns (`--rounds`), each turn in a fresh process with its own Spark session
+reading the same topic of the same broker; the table puts them side by side.
+
     python ops/bench/spark_bench.py [--records 2000000] [--runs 2] [--bootstrap HOST:PORT]
+        [--before GIT_REF [--rounds 2]]
 
 Prints a markdown table with the exact command.
 """
@@ -18,21 +26,26 @@ Prints a markdown table with the exact command.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# The code measured: this checkout's, or (a `--before` turn) the tree named by BENCH_CODE.
+sys.path.insert(0, os.environ.get("BENCH_CODE") or str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, os.path.join(sys.path[0], "spark"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from local_cluster import one_broker, stop_on_termination
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 
+CODE = Path(os.environ.get("BENCH_CODE") or Path(__file__).resolve().parents[2])
 PARTITIONS = 4
 VALUE_SIZE = 200
 
@@ -77,21 +90,70 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--bootstrap")
+    parser.add_argument("--before", metavar="GIT_REF", help="also measure the code of this commit, in turns")
+    parser.add_argument("--rounds", type=int, default=2, help="turns of before and now, with --before")
+    parser.add_argument("--topic", help=argparse.SUPPRESS)  # a `--before` turn: the topic is produced
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a turn's answer
     args = parser.parse_args()
     stop_on_termination()
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
         if args.bootstrap:
-            run(args, args.bootstrap, Path(tmp))
+            measure_or_compare(args, args.bootstrap, Path(tmp))
         else:
             with one_broker(Path(tmp), {"num.partitions": PARTITIONS}) as broker:
-                run(args, broker.bootstrap, Path(tmp))
+                measure_or_compare(args, broker.bootstrap, Path(tmp))
+
+
+def measure_or_compare(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
+    if not args.before:
+        run(args, bootstrap, tmp)
+        return
+    topic = f"spark-bench-{uuid.uuid4().hex[:6]}"
+    print(f"producing {args.records:,} records into {topic}", file=sys.stderr)
+    produce_topic(bootstrap, topic, args.records)
+    before = tmp / "before"
+    before.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(CODE), "archive", args.before, "backbone", "spark"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+    turns: dict[str, list[dict[str, float]]] = {"before": [], "now": []}
+    loads = [os.getloadavg()[0]]
+    for turn in range(args.rounds):
+        for name, code in (("before", before), ("now", CODE)):
+            print(f"round {turn + 1}: {name}", file=sys.stderr, flush=True)
+            env = {**os.environ, "BENCH_CODE": str(code), "PYTHONPATH": f"{code}:{code / 'spark'}"}
+            command = [sys.executable, __file__, "--records", str(args.records), "--runs", str(args.runs)]
+            command += ["--bootstrap", bootstrap, "--topic", topic, "--json"]
+            out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+            turns[name].append(json.loads(out.strip().splitlines()[-1]))
+            loads.append(os.getloadavg()[0])
+    n = args.records
+    command = "python ops/bench/spark_bench.py " + shlex.join(sys.argv[1:])
+    print(
+        f"\n`{command.strip()}` ({n:,} records of {VALUE_SIZE} bytes, {PARTITIONS} partitions, local[2]; "
+        f"{args.rounds} rounds of commit {args.before} then this code, each a fresh process; load average "
+        f"{min(loads):.1f} to {max(loads):.1f})\n"
+    )
+    print("| what | before, records/s per round | now, records/s per round | now / before (median) |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in turns["now"][0]:
+        before_rates = [n / t[name] for t in turns["before"] if name in t]
+        now_rates = [n / t[name] for t in turns["now"]]
+        ratios = sorted(a / b for a, b in zip(now_rates, before_rates, strict=False))
+        ratio = f"{ratios[len(ratios) // 2]:.2f}" if ratios else ""
+        print(
+            f"| {name} | {', '.join(f'{r:,.0f}' for r in before_rates)} "
+            f"| {', '.join(f'{r:,.0f}' for r in now_rates)} | {ratio} |"
+        )
 
 
 def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
     n = args.records
-    topic = f"spark-bench-{uuid.uuid4().hex[:6]}"
-    print(f"producing {n:,} records into {topic}", file=sys.stderr)
-    produce_topic(bootstrap, topic, n)
+    topic = args.topic or f"spark-bench-{uuid.uuid4().hex[:6]}"
+    if not args.topic:
+        print(f"producing {n:,} records into {topic}", file=sys.stderr)
+        produce_topic(bootstrap, topic, n)
     spark = session(str(tmp / "spark-local"))
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
 
@@ -169,9 +231,10 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
                     seen += len(records)
         return time.perf_counter() - started
 
-    results = []
+    results = [("batch read, count + sum(length(value)), the session's first query", batch_read())]
+    print(f"{results[0][0]}: {results[0][1]:.2f} s", file=sys.stderr, flush=True)
     for name, measure in (
-        ("batch read, count + sum(length(value))", batch_read),
+        ("batch read, later queries of the session", batch_read),
         ("streaming into Parquet (AvailableNow)", stream_to_parquet),
         ("writer (acks=all, idempotent)", write),
         ("our read path alone, one process (fetch, decode, Arrow)", our_read_path),
@@ -182,6 +245,9 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
         results.append((name, seconds))
         print(f"{name}: {seconds:.2f} s, {n / seconds:,.0f} records/s", file=sys.stderr, flush=True)
     spark.stop()
+    if args.json:
+        print(json.dumps(dict(results)))
+        return
     command = "python ops/bench/spark_bench.py " + shlex.join(sys.argv[1:])
     print(
         f"\n`{command.strip()}` ({n:,} records of {VALUE_SIZE} bytes, {PARTITIONS} partitions, local[2], "

@@ -26,6 +26,8 @@ META = [
     pa.field("error", pa.string()),
     pa.field("raw", pa.binary()),
 ]
+# The data source's columns the decoder reads.
+DECODER_INPUT = ["value", "partition", "offset", "timestamp"]
 _PRIMITIVES = {
     "null": pa.null(),
     "boolean": pa.bool_(),

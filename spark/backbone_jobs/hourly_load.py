@@ -5,15 +5,16 @@
     spark-submit spark/backbone_jobs/hourly_load.py ...   (the same arguments)
 
 Each run: finishes or discards what a crashed run left (warehouse.py), reads every partition from the
-position the last committed run reached to the end it finds at its start (through the `backbone` data
-source), decodes the Avro values through the registry into the subject's latest schema's columns
-(avro_columns.py), writes Parquet by event time under <topic>/dt=YYYY-MM-DD/hour=HH/ and undecodable
-records to _quarantine/, commits, publishes its counts as the `etl` audit tier and marks the hours the
-audit proves complete (completeness.py). A retention gap (records deleted before they were loaded) is
-reported by partition and offsets; per --retention-gap it stops the run before anything is written
-(`fail`, the default) or the run loads from the earliest record left and records the gap in its
-manifest and in `_quarantine/<topic>/run=N/retention_gap.json` (`quarantine`). Never a silent skip: the
-data source reads with failOnDataLoss, so records deleted while the run reads fail it too.
+position the last committed run reached to the end it finds at its start (the `backbone` data source's
+planner and task read path), decodes the Avro values through the registry into the subject's latest
+schema's columns (avro_columns.py; read and decoded in one Python worker per offset range), writes Parquet
+by event time under <topic>/dt=YYYY-MM-DD/hour=HH/ and undecodable records to _quarantine/, commits,
+publishes its counts as the `etl` audit tier and marks the hours the audit proves complete
+(completeness.py). A retention gap (records deleted before they were loaded) is reported by partition and
+offsets; per --retention-gap it stops the run before anything is written (`fail`, the default) or the run
+loads from the earliest record left and records the gap in its manifest and in
+`_quarantine/<topic>/run=N/retention_gap.json` (`quarantine`). Never a silent skip: the data source reads
+with failOnDataLoss, so records deleted while the run reads fail it too.
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pyarrow as pa
 
 from backbone.client import Consumer, TopicPartition
 from backbone.tracking.serde import RegistryClient
 from backbone_jobs import completeness
-from backbone_jobs.avro_columns import BatchDecoder, output_schema
+from backbone_jobs.avro_columns import DECODER_INPUT, BatchDecoder, output_schema
 from backbone_jobs.warehouse import QUARANTINE, STAGING, Files, Manifests, run_name
+from backbone_spark.options import ReadSettings
+from backbone_spark.planning import OffsetRange, Planner
+from backbone_spark.reading import read_range
 
 log = logging.getLogger("backbone_jobs.hourly_load")
 
@@ -125,6 +132,22 @@ def describe_gaps(gaps: dict[str, dict[str, dict[str, int]]]) -> str:
     )
 
 
+class ReadAndDecode:
+    """`mapInArrow`'s function over task numbers: each reads its offset range with the data source's task
+    read path and decodes the values (avro_columns.BatchDecoder), in one Python worker."""
+
+    def __init__(self, settings: ReadSettings, ranges: list[OffsetRange], decoder: BatchDecoder) -> None:
+        self.settings = settings
+        self.ranges = ranges
+        self.decoder = decoder
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                raw = read_range(self.settings, self.ranges[task])
+                yield from self.decoder(b.select(DECODER_INPUT) for b in raw)
+
+
 def load_topic(
     spark: Any, args: argparse.Namespace, topic: str, ranges: dict[str, list[int]], staging: str
 ) -> dict:
@@ -134,17 +157,24 @@ def load_topic(
 
     reader_schema = json.loads(RegistryClient(args.schema_registry).latest(f"{topic}-value"))
     decoder = BatchDecoder(args.schema_registry, reader_schema)
-    frame = (
-        spark.read.format("backbone")
-        .option("kafka.bootstrap.servers", args.bootstrap_server)
-        .option("assign", json.dumps({topic: [int(p) for p in ranges]}))
-        .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
-        .option("endingOffsets", json.dumps({topic: {p: r[1] for p, r in ranges.items()}}))
-        .option("failOnDataLoss", "true")  # deleted while this run reads: fail; the next run reports it
-        .load()
-        .select("value", "partition", "offset", "timestamp")
+    settings = ReadSettings.parse(
+        {
+            "kafka.bootstrap.servers": args.bootstrap_server,
+            "assign": json.dumps({topic: [int(p) for p in ranges]}),
+            "startingOffsets": json.dumps({topic: {p: r[0] for p, r in ranges.items()}}),
+            "endingOffsets": json.dumps({topic: {p: r[1] for p, r in ranges.items()}}),
+            "failOnDataLoss": "true",  # deleted while this run reads: fail; the next run reports it
+        },
+        streaming=False,
     )
-    decoded = frame.mapInArrow(decoder, from_arrow_schema(output_schema(reader_schema))).persist()
+    with Planner(settings) as planner:
+        planned = planner.batch_ranges()
+    # One task per offset range, each reading and decoding in the same Python worker: the records cross
+    # from Python to the JVM once, as decoded columns (through the `backbone` data source's
+    # spark.read they would cross twice: raw values out of its reader, then into mapInArrow and back).
+    tasks = spark.range(0, len(planned), 1, len(planned))
+    schema = from_arrow_schema(output_schema(reader_schema))
+    decoded = tasks.mapInArrow(ReadAndDecode(settings, planned, decoder), schema).persist()
     try:
         event_time = F.col(args.time_field)
         good = (

@@ -1,9 +1,8 @@
 """Reading one offset range in a Spark task: the client's fetched records turned into Arrow record batches.
 
-Each poll's records arrive as runs of plain (offset, timestamp, key, value, headers) tuples
-(`RecordList.runs`); a run becomes columns with one `zip(*run)` and the columns become Arrow arrays, so no
-Python object is made per record beyond what the decoder made. Columns and types are those of Spark's Kafka
-source.
+Each poll's records become one Arrow record batch (`columns.ColumnBuilder`): the decoder's uniform runs are
+cut into columns straight from the fetched bytes, other records are transposed, so no Python object is made
+per record beyond what the decoder made. Columns and types are those of Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -26,15 +25,15 @@ from pyspark.sql.types import (
 
 from backbone.client import Consumer, TopicPartition
 from backbone.protocol.errors import OffsetOutOfRangeError
+from backbone_spark.columns import HEADERS_ARROW, ColumnBuilder
 from backbone_spark.options import EARLIEST, ReadSettings
 from backbone_spark.planning import OffsetRange, client_config
 
-__all__ = ["DataLossError", "arrow_schema", "read_range", "spark_schema"]
+__all__ = ["HEADERS_TYPE", "DataLossError", "arrow_schema", "read_range", "spark_schema"]
 
 log = logging.getLogger(__name__)
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-_ARROW_HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
 # Records per poll, and so per Arrow batch: large enough that the per-batch costs vanish.
 _RECORDS_PER_BATCH = 20_000
 _FETCH_BYTES = 8 * 1024 * 1024
@@ -71,40 +70,8 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
         pa.field("timestampType", pa.int32()),
     ]
     if include_headers:
-        fields.append(pa.field("headers", _ARROW_HEADERS))
+        fields.append(pa.field("headers", HEADERS_ARROW))
     return pa.schema(fields)
-
-
-def _to_batch(
-    tp: TopicPartition, runs: list[tuple[int, tuple]], schema: pa.Schema, headers: bool
-) -> pa.RecordBatch:
-    offsets: list[int] = []
-    stamps: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    kinds: list[int] = []
-    header_rows: list = []
-    for kind, columns in runs:
-        offsets += columns[0]
-        stamps += columns[1]
-        keys += columns[2]
-        values += columns[3]
-        kinds += [kind] * len(columns[0])
-        if headers:
-            header_rows += [list(h) if h else None for h in columns[4]]
-    n = len(offsets)
-    arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        pa.array(offsets, pa.int64()),
-        pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(kinds, pa.int32()),
-    ]
-    if headers:
-        arrays.append(pa.array(header_rows, _ARROW_HEADERS))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _lost(settings: ReadSettings, tp: TopicPartition, start: int, earliest: int, until: int) -> int:
@@ -173,20 +140,14 @@ def read_range(settings: ReadSettings, part: OffsetRange) -> Iterator[pa.RecordB
                     )
                 continue
             idle_since = time.monotonic()
-            runs = []
+            columns = ColumnBuilder(settings.include_headers)
             done = False
             for kind, run in records.runs():
-                columns = tuple(zip(*run, strict=True))
-                if columns and columns[0][-1] >= part.until:  # the range ends inside this run
-                    keep = sum(1 for offset in columns[0] if offset < part.until)
-                    columns = tuple(column[:keep] for column in columns)
-                    done = True
-                if columns and columns[0]:
-                    runs.append((int(kind), columns))
-                if done:
+                done = columns.add(int(kind), run, part.until)
+                if done:  # the range ends inside this run
                     break
-            if runs:
-                yield _to_batch(tp, runs, schema, settings.include_headers)
+            if columns.rows:
+                yield columns.finish(tp.topic, tp.partition, schema)
             position = part.until if done else consumer.position(tp)
         if skipped:
             log.info("event=range_read topic=%s partition=%d skipped=%d", tp.topic, tp.partition, skipped)
