@@ -125,8 +125,11 @@ def measure_or_compare(args: argparse.Namespace, bootstrap: str, tmp: Path) -> N
             env = {**os.environ, "BENCH_CODE": str(code), "PYTHONPATH": f"{code}:{code / 'spark'}"}
             command = [sys.executable, __file__, "--records", str(args.records), "--runs", str(args.runs)]
             command += ["--bootstrap", bootstrap, "--topic", topic, "--json"]
-            out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-            turns[name].append(json.loads(out.strip().splitlines()[-1]))
+            done = subprocess.run(command, env=env, check=False, capture_output=True, text=True)
+            if done.returncode:
+                sys.stderr.write(done.stderr[-3000:])
+                raise SystemExit(f"the {name} turn failed (exit status {done.returncode})")
+            turns[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
             loads.append(os.getloadavg()[0])
     n = args.records
     command = "python ops/bench/spark_bench.py " + shlex.join(sys.argv[1:])
