@@ -5,7 +5,9 @@ BufferedProtocol): the protocol room's FrameDecoder hands the transport the buff
 request's own body, so the socket's bytes land in place) and splits out frames, enforcing
 `socket.request.max.bytes` from the size prefix before a body is buffered; frames are queued and handled one
 at a time by the connection's own task, so responses go out in request order however many requests a client
-pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
+pipelines. Reading pauses while too many requests wait, which bounds a connection's memory. Answers to
+pipelined requests are written together: one system call for the requests read in one turn of the event loop
+(librdkafka keeps many Produce requests in flight; one `send` per answer was the largest cost of each).
 
 Security hooks in here (the pieces are in `backbone.broker.security`): a listener's `tls` context wraps its
 transport (SSL, SASL_SSL), and a connection's `authenticator` learns of the connection once it is made
