@@ -37,6 +37,7 @@ from backbone.wire.chunks import Chunk, frame_chunks
 
 if TYPE_CHECKING:
     from backbone.broker.connection_limits import ConnectionLimits
+    from backbone.broker.request_memory import RequestMemory
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,9 @@ class Connection(asyncio.BufferedProtocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
+        self.held_bytes = 0  # charged to the broker's request memory (request_memory.py)
+        self.reserved = 0  # of which: the unfinished large frame's reservation
+        self._waiting_for_memory = False
         self._task: asyncio.Task[None] | None = None
         self.ip = "?"
         self.counted = False  # by the listener's connection limits
@@ -167,10 +171,9 @@ class Connection(asyncio.BufferedProtocol):
             self.queue.extend([(frame, arrived) for frame in frames])
             self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
-            if self._queue_full() and not self._reading_paused:
-                self._reading_paused = True
-                assert self.transport is not None
-                self.transport.pause_reading()
+        if self.listener.memory is not None:
+            self._charge(self.listener.memory, frames)
+        self._update_reading()
 
     def eof_received(self) -> bool | None:
         self.close()
@@ -182,6 +185,9 @@ class Connection(asyncio.BufferedProtocol):
             self.listener.limits.release(self.ip)
         self.closed = True
         self.listener.connections.discard(self)
+        self._release(self.held_bytes)
+        if self.listener.memory is not None:
+            self.listener.memory.waiting.discard(self)
         self.ready.set()
         self._writable.set()
 
@@ -201,6 +207,50 @@ class Connection(asyncio.BufferedProtocol):
     def _queue_full(self) -> bool:
         return len(self.queue) >= MAX_QUEUED_REQUESTS or self.queued_bytes >= MAX_QUEUED_BYTES
 
+    def _update_reading(self) -> None:
+        """Read while the queue has room and the broker's request memory has bytes for this connection."""
+        pause = self._queue_full() or self._waiting_for_memory
+        if pause != self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _charge(self, memory: RequestMemory, frames: list[memoryview]) -> None:
+        fresh = sum(frame.nbytes for frame in frames)
+        if self.reserved and frames:  # the first frame is the large one reserved for when it began
+            fresh -= self.reserved
+            self.reserved = 0
+        self.held_bytes += fresh
+        memory.take(fresh)
+        self._reserve_or_wait(memory)
+
+    def _reserve_or_wait(self, memory: RequestMemory) -> None:
+        """A large frame reserves its size as it begins, if the budget is not spent; a connection without
+        a reservation stops reading while it is."""
+        size = self.decoder.unfinished_frame_bytes
+        if size and not self.reserved and not memory.spent:
+            self.reserved = size
+            self.held_bytes += size
+            memory.take(size)
+        self._waiting_for_memory = memory.spent and not self.reserved
+        if self._waiting_for_memory:
+            memory.wait(self)
+
+    def memory_freed(self) -> None:
+        """The broker's request memory has bytes again (this connection was waiting for them)."""
+        if self.closed or self.listener.memory is None:
+            return
+        self._reserve_or_wait(self.listener.memory)
+        self._update_reading()
+
+    def _release(self, nbytes: int) -> None:
+        nbytes = min(nbytes, self.held_bytes)  # all was released already if the connection is gone
+        if nbytes and self.listener.memory is not None:
+            self.held_bytes -= nbytes
+            self.listener.memory.release(nbytes)
+
     async def _serve(self) -> None:
         try:
             while not self.closed:
@@ -210,11 +260,9 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 frame, arrived = self.queue.popleft()
                 self.queued_bytes -= frame.nbytes
-                if self._reading_paused and not self._queue_full():
-                    self._reading_paused = False
-                    assert self.transport is not None
-                    self.transport.resume_reading()
+                self._update_reading()
                 await self._handle(frame, arrived)
+                self._release(frame.nbytes)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -361,6 +409,7 @@ class Listener:
         self.metrics: Any = None  # the broker's BrokerMetrics when metrics.port is set
         self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
         self.limits: ConnectionLimits | None = None  # the broker's, shared by its listeners
+        self.memory: RequestMemory | None = None  # the broker's request bytes budget, shared likewise
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls

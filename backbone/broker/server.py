@@ -28,6 +28,7 @@ from backbone.broker.network import Handler, Listener
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
+from backbone.broker.request_memory import RequestMemory
 from backbone.broker.security.authorizer import Authorizer, keep_loaded
 from backbone.broker.security.guards import guard_apis
 from backbone.broker.security.listeners import inter_broker_security, secure_listener
@@ -119,6 +120,8 @@ class Broker(MetadataListener):
         self.authorizer = Authorizer.from_config(config.values)
         self._acl_watches: list[Watch] = []
         self.connection_limits = ConnectionLimits(config.values)
+        budget = config["queued.max.request.bytes"]
+        self.request_memory = RequestMemory(budget) if budget >= 0 else None
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -162,6 +165,7 @@ class Broker(MetadataListener):
             )
             secure_listener(listener, self.config, self._scram_credentials)
             listener.limits = self.connection_limits
+            listener.memory = self.request_memory
             await listener.start()
             listener.metrics = self.metrics
             self.listeners.append(listener)
