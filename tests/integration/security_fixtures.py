@@ -3,6 +3,7 @@ PLAINTEXT, SASL_SSL and SSL listeners, and client settings for it."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from backbone.coordination import ClusterStore, ScramCredential, find_free_port
 from backbone.dev.processes import BrokerProcess
+from tests.helpers.wire import RawConnection
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "alice-secret"
@@ -42,8 +44,14 @@ def secure_properties(certificates: Path, **extra: object) -> dict[str, object]:
 
 
 @pytest.fixture
+def secure_broker_properties() -> dict[str, object]:
+    """Further broker properties of `secure_broker`; a test module overrides this fixture to set some."""
+    return {}
+
+
+@pytest.fixture
 def secure_broker(
-    zookeeper, chroot: str, tmp_path: Path, certificates: Path, store_factory
+    zookeeper, chroot: str, tmp_path: Path, certificates: Path, store_factory, secure_broker_properties
 ) -> Iterator[tuple[BrokerProcess, int, int]]:
     add_users(store_factory())
     plain_port, sasl_port, ssl_port = find_free_port(), find_free_port(), find_free_port()
@@ -53,6 +61,7 @@ def secure_broker(
         f"SSL://127.0.0.1:{ssl_port}",
         "ssl.client.auth": "requested",
         "zookeeper.session.timeout.ms": 6000,
+        **secure_broker_properties,
     }
     process = BrokerProcess(
         1, zookeeper.connect_string + chroot, tmp_path / "broker-1", port=plain_port, properties=properties
@@ -74,3 +83,10 @@ def secure_client(certificates: Path, port: int, **extra: object) -> dict[str, o
         "ssl.cafile": str(certificates / "ca.pem"),
         **extra,
     }
+
+
+def tls_raw(port: int, context: ssl.SSLContext) -> RawConnection:
+    """A raw protocol connection over TLS to a local listener."""
+    raw = RawConnection(f"127.0.0.1:{port}")
+    raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
+    return raw

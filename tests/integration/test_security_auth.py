@@ -15,7 +15,7 @@ import kafka.errors
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from security_fixtures import PASSWORD, ROOT, add_users, secure_client, secure_properties
+from security_fixtures import PASSWORD, ROOT, add_users, secure_client, secure_properties, tls_raw
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from backbone.coordination import find_free_port
@@ -23,7 +23,6 @@ from backbone.dev.processes import BrokerProcess
 from backbone.protocol import codec
 from backbone.protocol.errors import ErrorCode, SaslAuthenticationFailedError
 from tests.helpers.requests import metadata_request
-from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.integration
 
@@ -94,12 +93,6 @@ def test_wrong_password_and_unknown_user_are_refused(secure_broker, certificates
                     admin.describe_cluster()
             finally:
                 admin.close()
-
-
-def tls_raw(port: int, context: ssl.SSLContext) -> RawConnection:
-    raw = RawConnection(f"127.0.0.1:{port}")
-    raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
-    return raw
 
 
 def test_nothing_is_served_before_authentication(secure_broker, certificates: Path) -> None:
