@@ -80,6 +80,7 @@ def test_fuzzed_frames_neither_crash_nor_hang_the_broker(secure_broker, certific
     for outcome in (plain, secure):
         assert outcome.frames >= 100, outcome  # the run did reach the broker
         assert outcome.unanswered == 0, outcome  # every frame was answered or the connection closed
+        assert outcome.misanswered == 0, outcome  # and every answer was its request's
         assert outcome.answered > 0 and outcome.closed_by_broker > 0, outcome
     assert process.is_running()
     assert peak - baseline < MEMORY_BOUND, (baseline, peak)

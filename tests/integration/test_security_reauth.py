@@ -19,9 +19,9 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from scramp import ScramClient
-from security_fixtures import BROKER_PASSWORD, PASSWORD, tls_raw
+from security_fixtures import BROKER_PASSWORD, PASSWORD, secure_client, tls_raw
 
-from backbone.client import Admin, NewTopic
+from backbone.client import Admin, NewTopic, Producer
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
@@ -200,3 +200,20 @@ def test_a_v0_session_without_authentication_serves_nothing(secure_broker: tuple
         raw.send_bytes(raw_frame(raw, metadata_request()))
         assert raw.closed_by_peer()
     assert "event=authentication_failed" in process.output()
+
+
+def test_our_client_connects_again_when_its_session_ends(secure_broker, certificates: Path) -> None:
+    """Our client does not re-authenticate: the broker closes its connection at the first request past the
+    session, and the client connects and logs in again without losing a record."""
+    process, sasl_port, _ = secure_broker
+    topic = f"reauth-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap_servers=process.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(secure_client(certificates, sasl_port)) as producer:
+        ends = time.monotonic() + 3 * REAUTH_MS / 1000
+        offsets = []
+        while time.monotonic() < ends:
+            offsets.append(producer.send(topic, b"r%d" % len(offsets)).get(timeout=30).offset)
+            time.sleep(0.1)
+    assert offsets == list(range(len(offsets)))
+    assert "event=session_expired" in process.output()
