@@ -260,10 +260,10 @@ async def run(
     return fuzzing.outcome
 
 
-def rss_bytes(pid: int) -> int:
-    """A process's resident memory (Linux)."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory (Linux), or with `field="VmHWM"` the most it ever had."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    raise RuntimeError(f"no {field} for process {pid}")
