@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ssl
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,11 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "integrat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report
-from local_cluster import START_TIMEOUT, stop_on_termination
+from local_cluster import broker_with_sasl_ssl, stop_on_termination
 from test_broker_fuzz import PoliteClient
 
 from backbone.client import Admin, NewTopic
-from backbone.coordination import ClusterStore, ScramCredential, ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 from tests.helpers import fuzzer
 
@@ -61,33 +59,12 @@ class MemoryWatch(threading.Thread):
 
 
 def fuzz(args: argparse.Namespace, work: Path) -> tuple[list[list[object]], str, bool]:
-    certificates = work / "ca"
-    subprocess.run([str(report.ROOT / "ops" / "dev-ca"), str(certificates)], check=True, capture_output=True)
-    zookeeper = ZooKeeperServer(work / "zk", find_free_port(), force_sync=False)
-    zookeeper.start(timeout=START_TIMEOUT)
-    try:
-        connect = zookeeper.connect_string + "/fuzz"
-        with ClusterStore(connect) as store:
-            credential = ScramCredential.from_password("SCRAM-SHA-512", PASSWORD)
-            store.set_scram_credential("fuzzer", "SCRAM-SHA-512", credential)
-        plain_port, sasl_port = find_free_port(), find_free_port()
-        properties = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{sasl_port}",
-            "ssl.keystore.location": certificates / "broker.pem",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-        }
-        broker = BrokerProcess(1, connect, work / "broker", port=plain_port, properties=properties)
-        broker.start(timeout=START_TIMEOUT)
-        try:
-            return run_against(args, broker, sasl_port, certificates)
-        finally:
-            broker.stop(timeout=30)
-    finally:
-        zookeeper.stop()
+    with broker_with_sasl_ssl(work, "fuzzer", PASSWORD, "PLAIN,SCRAM-SHA-512") as secure:
+        return run_against(args, secure.broker, secure.sasl_port, secure.ca_file)
 
 
 def run_against(
-    args: argparse.Namespace, broker: BrokerProcess, sasl_port: int, certificates: Path
+    args: argparse.Namespace, broker: BrokerProcess, sasl_port: int, ca_file: Path
 ) -> tuple[list[list[object]], str, bool]:
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic("polite", 1, 1)])
@@ -96,7 +73,7 @@ def run_against(
     memory.start()
     polite = PoliteClient(broker.bootstrap, "polite")
     polite.start()
-    tls = ssl.create_default_context(cafile=certificates / "ca.pem")
+    tls = ssl.create_default_context(cafile=ca_file)
     started = time.monotonic()
 
     async def both() -> list[fuzzer.Outcome]:

@@ -17,7 +17,6 @@ import argparse
 import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,11 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report
 from broker_bench import VALUE_SIZE, timed
-from local_cluster import START_TIMEOUT, stop_on_termination
+from local_cluster import broker_with_sasl_ssl, stop_on_termination
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from backbone.coordination import ClusterStore, ScramCredential, ZooKeeperServer, find_free_port
-from backbone.dev.processes import BrokerProcess
 
 NAME = "tls"
 SECTION = "## TLS and SASL cost"
@@ -50,27 +47,17 @@ class Endpoints:
         self.ports = {"PLAINTEXT": plain_port, "SASL_SSL": sasl_port}
         self.ca_file = ca_file
 
-    def ours(self, listener: str) -> dict[str, Any]:
+    def settings(self, listener: str, client: str) -> dict[str, Any]:
+        """`client` is "ours" or "librdkafka": the two spell the mechanism and the CA file differently."""
         config: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{self.ports[listener]}"}
         if listener == "SASL_SSL":
+            ours = client == "ours"
             config |= {
                 "security.protocol": "SASL_SSL",
-                "sasl.mechanism": MECHANISM,
+                "sasl.mechanism" if ours else "sasl.mechanisms": MECHANISM,
                 "sasl.username": USER,
                 "sasl.password": PASSWORD,
-                "ssl.cafile": str(self.ca_file),
-            }
-        return config
-
-    def librdkafka(self, listener: str) -> dict[str, Any]:
-        config: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{self.ports[listener]}"}
-        if listener == "SASL_SSL":
-            config |= {
-                "security.protocol": "SASL_SSL",
-                "sasl.mechanisms": MECHANISM,
-                "sasl.username": USER,
-                "sasl.password": PASSWORD,
-                "ssl.ca.location": str(self.ca_file),
+                "ssl.cafile" if ours else "ssl.ca.location": str(self.ca_file),
             }
         return config
 
@@ -167,10 +154,10 @@ def measure(endpoints: Endpoints, records: int, rounds: int) -> dict[tuple[str, 
         order = LISTENERS if round_number % 2 == 0 else LISTENERS[::-1]
         for name, (spelling, produce, consume) in clients().items():
             for listener in order:
-                config = getattr(endpoints, spelling)(listener)
+                config = endpoints.settings(listener, spelling)
                 topic_number += 1
                 topic = f"tls-{topic_number}"
-                with Admin(endpoints.ours(listener)) as admin:
+                with Admin(endpoints.settings(listener, "ours")) as admin:
                     admin.create_topics([NewTopic(topic, 1, 1)])
                 for direction, run in (("produce", produce), ("fetch", consume)):
                     rate = timed(f"{name} {direction}", records, lambda: run(config, topic, records))  # noqa: B023
@@ -178,29 +165,6 @@ def measure(endpoints: Endpoints, records: int, rounds: int) -> dict[tuple[str, 
                     what = f"{name} {direction} over {listener}"
                     print(f"round {round_number + 1}: {what}: {rate:,.0f} records/s", file=sys.stderr)
     return results
-
-
-def start_broker(work: Path) -> tuple[ZooKeeperServer, BrokerProcess, Endpoints]:
-    certificates = work / "ca"
-    subprocess.run([str(report.ROOT / "ops" / "dev-ca"), str(certificates)], check=True, capture_output=True)
-    zookeeper = ZooKeeperServer(work / "zk", find_free_port(), force_sync=False)
-    zookeeper.start(timeout=START_TIMEOUT)
-    connect = zookeeper.connect_string + "/tls"
-    with ClusterStore(connect) as store:
-        store.set_scram_credential(USER, MECHANISM, ScramCredential.from_password(MECHANISM, PASSWORD))
-    plain_port, sasl_port = find_free_port(), find_free_port()
-    properties = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{sasl_port}",
-        "ssl.keystore.location": certificates / "broker.pem",
-        "sasl.enabled.mechanisms": MECHANISM,
-    }
-    broker = BrokerProcess(1, connect, work / "broker", port=plain_port, properties=properties)
-    try:
-        broker.start(timeout=START_TIMEOUT)
-    except BaseException:
-        zookeeper.stop()
-        raise
-    return zookeeper, broker, Endpoints(plain_port, sasl_port, certificates / "ca.pem")
 
 
 def render(args: argparse.Namespace, when: str, results: dict[tuple[str, str, str], list[float]]) -> str:
@@ -247,13 +211,12 @@ def main() -> None:
     args = parser.parse_args()
     stop_on_termination()
     when = report.started()
-    with tempfile.TemporaryDirectory(dir=report.ROOT.parent) as work:
-        zookeeper, broker, endpoints = start_broker(Path(work))
-        try:
-            results = measure(endpoints, args.records, args.rounds)
-        finally:
-            broker.stop(timeout=30)
-            zookeeper.stop()
+    with (
+        tempfile.TemporaryDirectory(dir=report.ROOT.parent) as work,
+        broker_with_sasl_ssl(Path(work), USER, PASSWORD) as secure,
+    ):
+        endpoints = Endpoints(secure.broker.port, secure.sasl_port, secure.ca_file)
+        results = measure(endpoints, args.records, args.rounds)
     report.publish(NAME, SECTION, render(args, when, results), args.write)
 
 

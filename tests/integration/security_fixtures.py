@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ssl
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from backbone.client import Admin, NewTopic
 from backbone.coordination import ClusterStore, ScramCredential, find_free_port
 from backbone.dev.processes import BrokerProcess
 from tests.helpers.wire import RawConnection
@@ -90,3 +92,23 @@ def tls_raw(port: int, context: ssl.SSLContext) -> RawConnection:
     raw = RawConnection(f"127.0.0.1:{port}")
     raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
     return raw
+
+
+def fresh_topic(bootstrap: str, prefix: str) -> str:
+    """A new one-partition topic with a unique name."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    return topic
+
+
+def librdkafka_client(certificates: Path, port: int) -> dict[str, object]:
+    """librdkafka's settings for alice with SCRAM-SHA-512 over TLS."""
+    return {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": PASSWORD,
+        "ssl.ca.location": str(certificates / "ca.pem"),
+    }

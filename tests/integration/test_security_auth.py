@@ -15,7 +15,15 @@ import kafka.errors
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from security_fixtures import PASSWORD, ROOT, add_users, secure_client, secure_properties, tls_raw
+from security_fixtures import (
+    PASSWORD,
+    ROOT,
+    add_users,
+    librdkafka_client,
+    secure_client,
+    secure_properties,
+    tls_raw,
+)
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from backbone.coordination import find_free_port
@@ -184,14 +192,7 @@ def test_librdkafka_clients_use_scram_sha_512_over_tls(secure_broker, certificat
     topic = f"librdkafka-{uuid.uuid4().hex[:8]}"
     with Admin(bootstrap_servers=process.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 1, 1)])
-    settings = {
-        "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": "SCRAM-SHA-512",
-        "sasl.username": "alice",
-        "sasl.password": PASSWORD,
-        "ssl.ca.location": str(certificates / "ca.pem"),
-    }
+    settings = librdkafka_client(certificates, sasl_port)
     producer = confluent_kafka.Producer(settings)
     for i in range(10):
         producer.produce(topic, b"ck%d" % i)

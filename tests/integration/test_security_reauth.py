@@ -9,7 +9,6 @@ import datetime
 import ssl
 import struct
 import time
-import uuid
 from pathlib import Path
 
 import kafka
@@ -19,9 +18,16 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from scramp import ScramClient
-from security_fixtures import BROKER_PASSWORD, PASSWORD, secure_client, tls_raw
+from security_fixtures import (
+    BROKER_PASSWORD,
+    PASSWORD,
+    fresh_topic,
+    librdkafka_client,
+    secure_client,
+    tls_raw,
+)
 
-from backbone.client import Admin, NewTopic, Producer
+from backbone.client import Producer
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey
@@ -109,9 +115,7 @@ def test_reauthentication_as_another_principal_is_refused(secure_broker, tls) ->
 
 def test_kafka_python_reauthenticates_and_keeps_its_connections(secure_broker, certificates: Path) -> None:
     process, sasl_port, _ = secure_broker
-    topic = f"reauth-{uuid.uuid4().hex[:8]}"
-    with Admin(bootstrap_servers=process.bootstrap) as admin:
-        admin.create_topics([NewTopic(topic, 1, 1)])
+    topic = fresh_topic(process.bootstrap, "reauth")
     producer = kafka.KafkaProducer(
         bootstrap_servers=f"127.0.0.1:{sasl_port}",
         security_protocol="SASL_SSL",
@@ -137,19 +141,8 @@ def test_kafka_python_reauthenticates_and_keeps_its_connections(secure_broker, c
 def test_librdkafka_reauthenticates_and_keeps_its_connections(secure_broker, certificates: Path) -> None:
     confluent_kafka = pytest.importorskip("confluent_kafka")
     process, sasl_port, _ = secure_broker
-    topic = f"reauth-{uuid.uuid4().hex[:8]}"
-    with Admin(bootstrap_servers=process.bootstrap) as admin:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "alice",
-            "sasl.password": PASSWORD,
-            "ssl.ca.location": str(certificates / "ca.pem"),
-        }
-    )
+    topic = fresh_topic(process.bootstrap, "reauth")
+    producer = confluent_kafka.Producer(librdkafka_client(certificates, sasl_port))
     failures: list[object] = []
     ends = time.monotonic() + 3 * REAUTH_MS / 1000
     sent = 0
@@ -206,9 +199,7 @@ def test_our_client_connects_again_when_its_session_ends(secure_broker, certific
     """Our client does not re-authenticate: the broker closes its connection at the first request past the
     session, and the client connects and logs in again without losing a record."""
     process, sasl_port, _ = secure_broker
-    topic = f"reauth-{uuid.uuid4().hex[:8]}"
-    with Admin(bootstrap_servers=process.bootstrap) as admin:
-        admin.create_topics([NewTopic(topic, 1, 1)])
+    topic = fresh_topic(process.bootstrap, "reauth")
     with Producer(secure_client(certificates, sasl_port)) as producer:
         ends = time.monotonic() + 3 * REAUTH_MS / 1000
         offsets = []
