@@ -3,8 +3,9 @@
     ops/bench/run [--quick] [--only NAME[,NAME]] [--no-write] [--list]
 
 Steps, in order (`--list` shows each one's command): the seed's comparison (after `install-brokers`), the
-broker with each client, replication (RF3 acks=all against RF1 acks=1, and failover), end-to-end latency
-at 1,000, 10,000 and 100,000 records/s, the mirror, and the machine's limit for the same bytes. `--quick`
+broker with each client, TLS and SASL cost (SASL_SSL against PLAINTEXT), replication (RF3 acks=all against
+RF1 acks=1, and failover), end-to-end latency at 1,000, 10,000 and 100,000 records/s, the mirror, and the
+machine's limit for the same bytes. `--quick`
 runs each with small counts, to check the suite works in a few minutes; its figures mean little.
 
 Every step runs under a time limit, in a process group of its own. A step that overruns gets SIGTERM
@@ -63,6 +64,14 @@ STEPS = (
         "broker_bench.py",
         ("--records", "1000000", "--rounds", "3"),
         ("--records", "50000", "--rounds", "1"),
+        timeout=1200,
+        prepare=("ops/bench/install-brokers",),  # confluent-kafka
+    ),
+    Step(
+        "tls",
+        "tls_bench.py",
+        ("--records", "200000", "--rounds", "3"),
+        ("--records", "20000", "--rounds", "1"),
         timeout=1200,
         prepare=("ops/bench/install-brokers",),  # confluent-kafka
     ),
