@@ -110,7 +110,8 @@ def run_against(
             f"{outcome.answered:,}",
             f"{outcome.closed_by_broker:,}",
             f"{outcome.quiet:,}",
-            f"{outcome.unanswered + outcome.misanswered:,}",
+            f"{outcome.unanswered:,}",
+            f"{outcome.misanswered:,}",
         ]
         for label, outcome in zip(("PLAINTEXT", "SASL_SSL"), outcomes, strict=True)
     ]
@@ -162,7 +163,7 @@ def main() -> None:
         "answer carries an error code; a share are wild (any mutation of any API) and end their connection. "
         "A frame is answered, or the broker closes the connection (Kafka's answer to a request it cannot "
         "read), or it stays quiet as the protocol allows (Produce acks=0, a long Fetch or JoinGroup wait); "
-        "failed means neither within 10 s, or an answer to the wrong request. " + summary
+        "unanswered means neither within 10 s; misanswered, an answer to another request. " + summary
     )
     header = [
         "listener",
@@ -173,7 +174,8 @@ def main() -> None:
         "answered",
         "closed by broker",
         "quiet",
-        "failed",
+        "unanswered",
+        "misanswered",
     ]
     report.publish(NAME, SECTION, report.figures("fuzz_broker.py", when, about, header, rows), args.write)
     sys.exit(0 if healthy else 1)

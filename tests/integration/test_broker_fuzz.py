@@ -26,6 +26,13 @@ MEMORY_BOUND = 256 * 1024 * 1024  # growth of the broker's resident memory durin
 # Frames the fuzzer once found mishandled, kept as regression tests (each must be answered or closed on,
 # never fail a handler): OffsetForLeaderEpoch v4 with a null topics array.
 REGRESSIONS = ["0017000400000009000466757a7a00ffffffff0000"]
+# ... and frames it found unanswered for over 10 s, each to be answered: AlterPartitionReassignments naming
+# no partition (with a negative timeout; with garbage after its end), which waited in line behind the
+# controller's other work.
+ANSWERED_REGRESSIONS = [
+    "002d000000000065000466757a7a008100eb200100",
+    "002d00000000006e000466757a7a000000ea600100627407a5c6753724",
+]
 
 
 class PoliteClient(threading.Thread):
@@ -94,5 +101,10 @@ def test_frames_the_fuzzer_found_are_rejected_cleanly(broker) -> None:
         with RawConnection(broker.bootstrap) as raw:
             raw.send_bytes(struct.pack(">i", len(frame)) + frame)
             assert raw.closed_by_peer()
+    for frame_hex in ANSWERED_REGRESSIONS:
+        frame = bytes.fromhex(frame_hex)
+        with RawConnection(broker.bootstrap) as raw:
+            raw.send_bytes(struct.pack(">i", len(frame)) + frame)
+            assert raw.read_frame()[:4] == frame[4:8]  # the answer, to this request (its correlation id)
     output = broker.output()
     assert "Traceback" not in output and "event=request_rejected" in output

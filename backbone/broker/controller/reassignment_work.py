@@ -74,6 +74,8 @@ class Reassignments:
 
         NotControllerError leaves when this broker stopped being the controller: the client asks the new one.
         """
+        if not requests:  # nothing to start or cancel: no turn to wait for behind other work, nothing to read
+            return {}
         async with self._lock:
             outcomes: dict[TopicPartition, Outcome] = {}
             live = self.live_brokers()
