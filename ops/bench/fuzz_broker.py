@@ -123,6 +123,8 @@ def run_against(
     for label, outcome in zip(("PLAINTEXT", "SASL_SSL"), outcomes, strict=True):
         for frame in outcome.hung:
             print(f"unanswered {label} frame: {frame}", file=sys.stderr)
+    for failure in polite.failures[:5]:
+        print(f"polite client: {failure}", file=sys.stderr)
     alive = broker.is_running()
     growth = memory.peak - memory.start_rss
     within = growth <= args.memory_bound_mib * 2**20
