@@ -32,6 +32,13 @@ REGRESSIONS = ["0017000400000009000466757a7a00ffffffff0000"]
 ANSWERED_REGRESSIONS = [
     "002d000000000065000466757a7a008100eb200100",
     "002d00000000006e000466757a7a000000ea600100627407a5c6753724",
+    # Found unanswered within 10 s at a load average near 60, requests that go to ZooKeeper: each must be
+    # answered (DescribeUserScramCredentials of no user, with garbage after it; InitProducerId v4).
+    "0032000000000065000466757a7a0001002ed5cb15acd6ce26e0ccaccc746155459580d1ea7ab0f4997c77eb934c2552a2",
+    "0032000000000065000466757a7a000100ffffffff0f",
+    "0032000000000065000466757a7a000180000000",
+    "0032000000000065000466757a7a00ba58bdfb7037",
+    "0016000400000065000466757a7a000000000000ffffffffffffffffffff00",
 ]
 
 
