@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import logging
 import ssl
@@ -131,6 +132,7 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = Principal()
         self.authenticator = listener.authenticator_factory()
         self.closed = False
+        self._gone = asyncio.Event()  # set once closed: ends a throttle's wait
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
@@ -193,6 +195,7 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = True
         self.listener.connections.discard(self)
         self.ready.set()
+        self._gone.set()
         self._writable.set()
 
     async def drained(self) -> None:
@@ -309,7 +312,8 @@ class Connection(asyncio.BufferedProtocol):
         if not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
-        await asyncio.sleep(seconds)
+        with contextlib.suppress(TimeoutError):  # a closed connection waits no longer
+            await asyncio.wait_for(self._gone.wait(), seconds)
         if self._reading_paused and not self._queue_full() and not self.closed:
             self._reading_paused = False
             self.transport.resume_reading()
@@ -377,6 +381,7 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             self.transport.close()
         self.ready.set()
+        self._gone.set()
 
 
 class Listener:

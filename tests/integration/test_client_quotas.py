@@ -8,11 +8,12 @@ import time
 
 import pytest
 from cli_support import run, run_ok
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from backbone.client import Admin, NewTopic
 from backbone.coordination import find_free_port
+from backbone.coordination.quotas import CLIENT_ID
 from backbone.protocol.errors import ErrorCode
 from tests.helpers.batches import batch_of_size
 from tests.helpers.requests import produce_request
@@ -198,3 +199,43 @@ def test_a_producer_limited_to_a_rate_is_held_to_it(broker_factory, zookeeper, c
     samples = scrape(metrics_port)
     assert value(samples, "backbone_broker_quota_throttled_total", quota="producer_byte_rate") > 0
     assert value(samples, "backbone_broker_quota_throttle_seconds_total", quota="producer_byte_rate") > 0
+
+
+def test_a_consumer_limited_to_a_rate_is_held_to_it(broker_factory, cluster_store) -> None:
+    rate = 200_000
+    # Set before the broker starts: it reads every quota entity at start.
+    cluster_store.alter_client_quota(((CLIENT_ID, "reader"),), {"consumer_byte_rate": rate})
+    metrics_port = find_free_port()
+    broker = broker_factory(1, quota_window_num=2, quota_window_size_seconds=1, metrics_port=metrics_port)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topics([NewTopic("limited", 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="writer", batch_size=16_384)
+    try:
+        for _ in range(800):
+            producer.send("limited", b"y" * 1000)
+        producer.flush()
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(
+        "limited",
+        bootstrap_servers=broker.bootstrap,
+        client_id="reader",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_bytes=1 << 20,
+        consumer_timeout_ms=30_000,
+    )
+    try:
+        received = 0
+        started = time.monotonic()
+        for message in consumer:
+            received += len(message.value)
+            if received >= 800_000:
+                break
+        elapsed = time.monotonic() - started
+    finally:
+        consumer.close()
+    assert received == 800_000
+    assert received <= rate * (elapsed + 1) * 1.1, (received, elapsed)
+    samples = scrape(metrics_port)
+    assert value(samples, "backbone_broker_quota_throttled_total", quota="consumer_byte_rate") > 0

@@ -240,15 +240,18 @@ def test_describe_filters_match_exact_default_and_any() -> None:
 THROTTLE_MS = 300
 
 
-async def throttled_echo(context: RequestContext) -> list[bytes]:
-    context.throttle_ms = THROTTLE_MS
-    return [bytes(context.frame[context.body_offset :])]
+def throttled_echo(throttle_ms: int) -> network.Handler:
+    async def handle(context: RequestContext) -> list[bytes]:
+        context.throttle_ms = throttle_ms
+        return [bytes(context.frame[context.body_offset :])]
+
+    return handle
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[Listener]:
+async def serving(throttle_ms: int = THROTTLE_MS) -> AsyncIterator[Listener]:
     table: ApiTable[network.Handler] = ApiTable()
-    table.register(ApiKey.PRODUCE, throttled_echo)
+    table.register(ApiKey.PRODUCE, throttled_echo(throttle_ms))
     listener = Listener(
         Endpoint("TEST", "127.0.0.1", 0, "PLAINTEXT"), table, RegionSender(), max_request_bytes=1 << 20
     )
@@ -276,3 +279,17 @@ async def test_a_throttled_answer_is_sent_at_once_then_the_connection_is_not_rea
             assert time.monotonic() - first_at >= THROTTLE_MS / 1000 * 0.95  # read only after the throttle
         finally:
             writer.close()
+
+
+async def test_a_muted_connection_the_broker_closes_is_let_go_at_once() -> None:
+    # A muted connection reads nothing, so (as in Kafka) it notices the client leaving only when unmuted or
+    # closed by the broker: when idle too long (connections.max.idle.ms) or when the listener stops.
+    async with serving(throttle_ms=600_000) as listener:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(encode_frame(encode_request_header(ApiKey.PRODUCE, 3, 1, "t") + b"one"))
+        await asyncio.wait_for(read_frame(reader, 1 << 20), 10)
+        (connection,) = listener.connections
+        assert connection._task is not None and not connection._task.done()  # muted for ten minutes
+        connection.close()
+        await asyncio.wait_for(connection._task, 10)
+        writer.close()
