@@ -1,25 +1,32 @@
 """Client quotas against a greedy producer: is it held to its `producer_byte_rate`, and does a polite client
 on the same broker keep its throughput?
 
-    python ops/bench/quota_bench.py [--rate 1048576] [--runs 12] [--seconds 10] [--warmup 20] [--write]
+    python ops/bench/quota_bench.py [--rate 1048576] [--span 120] [--pairs 16] [--seconds 8] [--write]
 
 One broker with Kafka's default quota windows (11 of 1 s). Producers each in a process of their own, each as
 fast as our producer goes (1000-byte values, acks=1, a partition each): a greedy one whose client id has
-`producer_byte_rate` = `--rate`, a polite one without a quota, and for contrast a greedy one without a
-quota. In order: half the polite runs alone; all of them beside the throttled greedy producer (started
-`--warmup` seconds earlier, past the windows' first burst); the other half alone; half beside the unquoted
-greedy producer. The alone runs come before and after, so the shared machine's drift falls on both sides.
+`producer_byte_rate` = `--rate`, a polite one without a quota, and for contrast a greedy one without a quota.
 
-Kafka's windows hold a throttled client to its rate on average, in a sawtooth: when the window holding a
-burst expires, the client sends about one window-span's worth at once and is then throttled for about as
-long. The greedy producer's rate is therefore measured over many windows (the span of all the polite runs
-beside it), where one sawtooth more or less matters little.
+1. The greedy producer runs alone: after a 20 s warm-up (past the windows' first burst), its rate over
+   `--span` seconds against its quota, and the CPU the broker and the greedy process use meanwhile (what
+   a neighbour can lose to it at most, a figure the shared machine's noise does not blur). Kafka's
+   windows hold a throttled client to its rate on average, in a sawtooth (when the window holding a burst
+   expires, the client sends about a window-span's worth at once and is then throttled about as long), so
+   the span covers many windows.
+2. The polite producer runs while the greedy one is paused (SIGSTOP: alone) and running (beside) in turns
+   of `--seconds`, `--pairs` pairs in alternating order, so that the shared machine's load changes fall on
+   both halves of a pair alike. The figure is the median of the pairs' ratios (beside over alone).
+3. The same pairs, half as many, beside the greedy producer without a quota: what the quota prevents.
+
+Prints the figures; `--write` puts them into docs/benchmarks.md with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +52,8 @@ VALUE_SIZE = 1000
 FLUSH_BYTES = 128 * 1024  # a progress line per this much acknowledged (the greedy one's is a fraction of a s)
 GREEDY, FREE, POLITE = "greedy", "greedy-unquoted", "polite"
 CHROOT = "/quota-bench"
+WARMUP_S = 20.0
+SETTLE_S = 1.0  # a turn's first second is left out of its rate (the other producer pausing or resuming)
 
 
 def produce(bootstrap: str, client_id: str, topic: str, seconds: float) -> None:
@@ -109,32 +118,32 @@ class Producing:
         return (b1 - b0) / (t1 - t0)
 
 
-def polite_runs(bootstrap: str, count: int, seconds: float) -> list[float]:
-    """The polite producer's rate in each of `count` runs of `seconds`, back to back."""
-    rates = []
-    for _ in range(count):
-        polite = Producing(bootstrap, POLITE, POLITE, seconds)
-        try:
-            polite.wait()
-        finally:
-            polite.stop()
-        rates.append(polite.rate(polite.started, time.monotonic()))
-    return rates
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def beside(
-    bootstrap: str, client_id: str, lead: float, count: int, seconds: float
-) -> tuple[list[float], float]:
-    """Polite runs while a greedy producer with `client_id` runs (started `lead` seconds before), and the
-    greedy one's rate over the span of those runs."""
-    greedy = Producing(bootstrap, client_id, client_id, lead + count * seconds + 60)
+def pairs(bootstrap: str, greedy: Producing, count: int, seconds: float) -> list[float]:
+    """The polite producer runs throughout; `greedy` is paused and running in turns of `seconds`, in
+    alternating order: each pair's ratio of the polite rate beside it over the rate alone."""
+    polite = Producing(bootstrap, POLITE, POLITE, 24 * 3600.0)
+    ratios = []
     try:
-        time.sleep(lead)
-        start = time.monotonic()
-        polite = polite_runs(bootstrap, count, seconds)
-        return polite, greedy.rate(start, time.monotonic())
+        time.sleep(SETTLE_S)  # the polite process starting
+        for number in range(count):
+            rates = {}
+            for running in (False, True) if number % 2 == 0 else (True, False):
+                os.kill(greedy.process.pid, signal.SIGCONT if running else signal.SIGSTOP)
+                start = time.monotonic()
+                time.sleep(seconds)
+                rates[running] = polite.rate(start + SETTLE_S, time.monotonic())
+            ratios.append(rates[True] / rates[False])
+            print(f"pair {number + 1}: {rates[False]:,.0f} alone, {rates[True]:,.0f} beside", file=sys.stderr)
     finally:
-        greedy.stop()
+        os.kill(greedy.process.pid, signal.SIGCONT)
+        polite.stop()
+    return ratios
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,24 +158,20 @@ def main(argv: list[str] | None = None) -> int:
         "--rate", type=int, default=1_048_576, help="the greedy producer's producer_byte_rate"
     )
     parser.add_argument(
-        "--runs", type=int, default=12, help="polite runs beside the throttled greedy producer"
+        "--span", type=float, default=120.0, help="seconds the greedy producer's rate is measured"
     )
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of each polite run")
-    parser.add_argument(
-        "--warmup",
-        type=float,
-        default=20.0,
-        help="seconds the throttled greedy producer runs before measuring",
-    )
+    parser.add_argument("--pairs", type=int, default=16, help="pairs of turns beside the throttled one")
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each turn")
     parser.add_argument("--write", action="store_true", help="put the figures into docs/benchmarks.md")
     args = parser.parse_args(argv)
     stop_on_termination()
     when = report.started()
-    half = max(args.runs // 2, 1)
+    forever = 24 * 3600.0  # the greedy producers run until stopped
     with tempfile.TemporaryDirectory(prefix="quota-bench-") as tmp:
         zookeeper = ZooKeeperServer(Path(tmp) / "zk", find_free_port(), force_sync=False)
         zookeeper.start(timeout=START_TIMEOUT)
         broker = BrokerProcess(1, zookeeper.connect_string + CHROOT, Path(tmp) / "broker")
+        greedy: Producing | None = None
         try:
             # Set before the broker starts, which reads every quota entity at start.
             with ClusterStore(zookeeper.connect_string + CHROOT) as store:
@@ -175,52 +180,62 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = broker.bootstrap
             with Admin(bootstrap_servers=bootstrap) as admin:
                 admin.create_topics([NewTopic(topic, 1, 1) for topic in (POLITE, GREEDY, FREE)])
-            alone = polite_runs(bootstrap, half, args.seconds)
-            throttled, greedy_rate = beside(bootstrap, GREEDY, args.warmup, args.runs, args.seconds)
-            alone += polite_runs(bootstrap, args.runs - half, args.seconds)
-            unquoted, free_rate = beside(bootstrap, FREE, 2.0, half, args.seconds)
+            greedy = Producing(bootstrap, GREEDY, GREEDY, forever)
+            time.sleep(WARMUP_S)
+            start = time.monotonic()
+            broker_cpu, greedy_cpu = cpu_seconds(broker.process.pid), cpu_seconds(greedy.process.pid)
+            time.sleep(args.span)
+            broker_cpu = (cpu_seconds(broker.process.pid) - broker_cpu) / args.span
+            greedy_cpu = (cpu_seconds(greedy.process.pid) - greedy_cpu) / args.span
+            greedy_rate = greedy.rate(start, time.monotonic())
+            throttled = pairs(bootstrap, greedy, args.pairs, args.seconds)
+            greedy.stop()
+            greedy = Producing(bootstrap, FREE, FREE, forever)
+            unquoted = pairs(bootstrap, greedy, max(args.pairs // 2, 1), args.seconds)
         finally:
+            if greedy is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(greedy.process.pid, signal.SIGCONT)
+                greedy.stop()
             broker.stop(timeout=30)
             zookeeper.stop()
     after = f"{os.getloadavg()[0]:.1f}"
-    alone_median = statistics.median(alone)
     rows = [
         [
-            f"greedy producer, quota {args.rate:,} B/s",
-            f"{greedy_rate:,.0f} B/s",
+            f"greedy producer, quota {args.rate:,} B/s, alone",
+            f"{greedy_rate:,.0f} B/s over {args.span:g} s",
             f"{greedy_rate / args.rate:.3f} of its quota",
         ],
-        ["greedy producer, no quota (for contrast)", f"{free_rate:,.0f} B/s", "-"],
-        ["polite producer alone", f"{alone_median:,.0f} B/s", f"runs: {listed(alone, alone_median)}"],
+        [
+            "CPU the throttled greedy producer costs meanwhile",
+            f"broker {broker_cpu:.1%} of a core",
+            f"its own process {greedy_cpu:.1%} of a core",
+        ],
     ]
-    for label, rates in (
-        ("beside the throttled greedy one", throttled),
-        ("beside the unquoted one", unquoted),
+    for label, ratios in (
+        ("throttled greedy producer", throttled),
+        ("greedy producer without a quota", unquoted),
     ):
-        median = statistics.median(rates)
+        low, median, high = (
+            statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+        )
         rows.append(
             [
-                f"polite producer {label}",
-                f"{median:,.0f} B/s",
-                f"{median / alone_median:.3f} of its rate alone; runs: {listed(rates, alone_median)}",
+                f"polite producer beside the {label}",
+                f"{median:.3f} of its rate alone (IQR {low:.3f}-{high:.3f})",
+                f"pairs: {', '.join(f'{r:.2f}' for r in ratios)}",
             ]
         )
     about = (
-        f"Polite runs of {args.seconds:g} s: {half} alone, {args.runs} beside the throttled greedy "
-        f"producer (measured after a {args.warmup:g} s warm-up, over the {args.runs * args.seconds:g} s of "
-        f"those runs), {args.runs - half} alone again, {half} beside a greedy producer without a quota; "
-        f"load average {after} "
-        "at the end. Rates are acknowledged value bytes per second (the quota counts whole Produce requests, "
-        "a little more than their values); a polite run's figure in the last column is its rate over the "
-        "median alone."
+        f"Greedy producer measured over {args.span:g} s after a {WARMUP_S:g} s warm-up; {args.pairs} pairs "
+        f"of {args.seconds:g} s turns of the polite producer beside it and alone (the greedy process "
+        f"paused), {max(args.pairs // 2, 1)} pairs beside a greedy producer without a quota; load average "
+        f"{after} at the end. Rates are acknowledged value bytes per second (the quota counts whole Produce "
+        "requests, a little more than their values)."
     )
-    body = report.figures("quota_bench.py", when, about, ["who", "rate (median)", "against"], rows)
+    body = report.figures("quota_bench.py", when, about, ["who", "figure", "detail"], rows)
     report.publish(NAME, SECTION, body, args.write)
     return 0
-
-
-def listed(values: list[float], unit: float) -> str:
-    return ", ".join(f"{value / unit:.2f}" for value in values)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 from cli_support import run, run_ok
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from backbone.client import Admin, NewTopic
 from backbone.coordination import find_free_port
@@ -19,6 +20,7 @@ from tests.helpers.batches import batch_of_size
 from tests.helpers.requests import produce_request
 from tests.helpers.wire import RawConnection
 from tests.integration.test_broker_metrics import scrape, value
+from tests.integration.test_security_acls import acl_broker, sasl  # noqa: F401 - acl_broker is a fixture
 
 pytestmark = pytest.mark.integration
 
@@ -126,6 +128,13 @@ def test_kafka_python_sets_and_describes_quotas_and_the_cli_sees_them(
     assert bad.returncode == 2 and b"must be a Long" in bad.stderr
     bad = run("quotas", "alter", "--add", "producer_byte_rate=100", *zk)
     assert bad.returncode == 2 and b"--user NAME" in bad.stderr
+
+
+def test_the_quota_apis_are_advertised(broker) -> None:
+    with RawConnection(broker.bootstrap) as raw:
+        answer = raw.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
+    assert versions[48] == (0, 1) and versions[49] == (0, 1)  # DescribeClientQuotas, AlterClientQuotas
 
 
 def test_bad_quota_requests_get_kafkas_error_codes(kafka_admin) -> None:
@@ -239,3 +248,17 @@ def test_a_consumer_limited_to_a_rate_is_held_to_it(broker_factory, cluster_stor
     assert received <= rate * (elapsed + 1) * 1.1, (received, elapsed)
     samples = scrape(metrics_port)
     assert value(samples, "backbone_broker_quota_throttled_total", quota="consumer_byte_rate") > 0
+
+
+def test_quota_apis_need_cluster_permissions(acl_broker) -> None:  # noqa: F811 - the fixture
+    _, sasl_port = acl_broker
+    refused = int(ErrorCode.cluster_authorization_failed)
+    for user, expected in (("alice", refused), ("admin", 0)):  # admin is a super user
+        admin = KafkaAdminClient(request_timeout_ms=10_000, **sasl(sasl_port, user))
+        try:
+            assert alter(admin, ([("user", "alice")], {"producer_byte_rate": 100})) == [
+                (expected, "ALTER_CONFIGS on the cluster is needed" if expected else None)
+            ]
+            assert describe(admin)[0] == expected
+        finally:
+            admin.close()
