@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
+import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -40,7 +42,13 @@ def secure_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[topology.De
     directory = tmp_path_factory.mktemp("secure-dev")
     try:
         yield topology.up(
-            directory, ("dc1", "aggregate"), 1, progress=lambda _: None, preferred_ports=False, secure=True
+            directory,
+            ("dc1", "aggregate"),
+            1,
+            progress=lambda _: None,
+            preferred_ports=False,
+            generate_rate=5.0,
+            secure=True,
         )
     finally:
         topology.down(directory, progress=lambda _: None)
@@ -258,6 +266,41 @@ def test_mirror_audit_registry_and_console_work_on_the_secure_topology(
         wait_until(lambda n=name: sampled(n)["brokers_up"] == 1, 60, 0.5, what=f"the console shows {name}")
         assert sampled(name)["error"] is None
 
+    # The generator produced Avro events into dc1 (its schemas in the registry), mirrored to the aggregate.
+    wait_until(
+        lambda: len(values(aggregate, "page_views", admin)) > 0, 120, 1, what="generated events mirrored"
+    )
+    assert "page_views-value" in call("GET", f"{url}/subjects")[1]
+
     status = backbone("dev", "status", "--dir", str(secure_dev.directory))
-    # 2 brokers, 1 mirror, 2 audit counters, the schema registry, ZooKeeper and the console
-    assert status.returncode == 0 and status.stdout.count("running") == 8, status.stdout
+    # 2 brokers, 1 mirror, 2 audit counters, the registry, the generator, ZooKeeper and the console
+    assert status.returncode == 0 and status.stdout.count("running") == 9, status.stdout
+
+
+def test_up_restarts_what_died_and_refuses_to_turn_a_secure_directory_plaintext(
+    secure_dev: topology.DevTopology,
+) -> None:
+    directory = secure_dev.directory
+    with pytest.raises(ValueError, match="secure"):
+        topology.up(directory, ("dc1", "aggregate"), 1, progress=lambda _: None, generate_rate=5.0)
+    mirror = secure_dev.mirrors[0]
+    os.kill(mirror["pid"], signal.SIGKILL)
+    wait_until(
+        lambda: not topology.process_alive(mirror["pid"], mirror["marker"]), 30, what="the mirror died"
+    )
+    again = topology.up(
+        directory, ("dc1", "aggregate"), 1, progress=lambda _: None, generate_rate=5.0, secure=True
+    )
+    assert again.restarted == 1
+    restarted = again.mirrors[0]
+    assert topology.process_alive(restarted["pid"], restarted["marker"])
+    clusters = again.data["clusters"]
+    admin = dict(read_properties_file(clusters["dc1"]["security"]["command_config"]))
+    with Producer({**admin, "bootstrap.servers": clusters["dc1"]["bootstrap"], "acks": "all"}) as producer:
+        producer.send("secure-after-restart", b"again").get(timeout=30)
+    wait_until(
+        lambda: values(clusters["aggregate"]["bootstrap"], "secure-after-restart", admin) == [b"again"],
+        120,
+        0.5,
+        what="the restarted mirror copies with its recorded login",
+    )
