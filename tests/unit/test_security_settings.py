@@ -178,3 +178,44 @@ def test_dev_mirror_and_console_get_the_admin_login(tmp_path: Path) -> None:
     command = dev_mirrors.command("dc1", "aggregate", "a:1", "b:2", 9400, config=tmp_path / "m.properties")
     assert command[-2:] == ["--config", str(tmp_path / "m.properties")]
     assert " ".join(command).count(dev_mirrors.marker("a:1", "b:2")) == 1, "the marker still finds it"
+
+
+def test_dev_up_secure_prints_how_to_log_in(tmp_path: Path, monkeypatch, capsys) -> None:
+    from backbone.dev import topology
+
+    security = {
+        "protocol": "SASL_SSL",
+        "bootstrap": "127.0.0.1:9092",
+        "ca_file": "/d/secure/ca.pem",
+        "mechanism": "SCRAM-SHA-512",
+        "user": "admin",
+        "password_file": "/d/secure/admin.password",
+        "command_config": "/d/secure/client.properties",
+    }
+    broker = {"id": 1, "host": "127.0.0.1", "port": 9092}
+    data = {
+        "zookeeper": {"port": 2181},
+        "clusters": {
+            "dc1": {
+                "bootstrap": "127.0.0.1:9092",
+                "zookeeper": "z/dc1",
+                "brokers": [broker],
+                "security": security,
+            }
+        },
+        "mirrors": [],
+    }
+    asked = {}
+
+    def fake_up(*args, **kwargs):
+        asked.update(kwargs)
+        return topology.DevTopology(tmp_path, data)
+
+    monkeypatch.setattr(topology, "up", fake_up)
+    args = build_parser().parse_args(["dev", "up", "--dir", str(tmp_path), "--secure"])
+    assert args.handler(args) == 0
+    assert asked["secure"] is True
+    printed = capsys.readouterr().out
+    assert "-X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 -X sasl.username=admin" in printed
+    assert "$(cat /d/secure/admin.password)" in printed and "ssl.ca.location=/d/secure/ca.pem" in printed
+    assert "--command-config /d/secure/client.properties" in printed
