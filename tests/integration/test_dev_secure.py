@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 from registry_support import call
+from security_fixtures import read_values
 
-from backbone.client import Consumer, Producer, TopicPartition
+from backbone.client import Producer
 from backbone.dev import topology
 from backbone.properties import read_properties_file
 from backbone.protocol.errors import TopicAuthorizationFailedError
@@ -76,21 +77,6 @@ def kcat(settings: dict[str, str], *args: str, stdin: bytes | None = None) -> su
         capture_output=True,
         timeout=60,
     )
-
-
-def values(bootstrap: str, topic: str, config: dict) -> list[bytes]:
-    with Consumer({**config, "bootstrap.servers": bootstrap}) as consumer:
-        if topic not in consumer.topics():
-            return []
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(partitions)
-        ends = consumer.end_offsets(partitions)
-        consumer.seek_to_beginning(*partitions)
-        found: list[bytes] = []
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            for records in consumer.poll(timeout_ms=500).values():
-                found.extend(record.value for record in records)
-        return found
 
 
 def test_topology_names_each_clusters_security_and_brokers_refuse_what_no_acl_allows(
@@ -221,12 +207,12 @@ def test_mirror_audit_registry_and_console_work_on_the_secure_topology(
         producer.flush(30)
     aggregate = clusters["aggregate"]["bootstrap"]
     wait_until(
-        lambda: len(values(aggregate, "secure-mirrored", admin)) == len(sent),
+        lambda: len(read_values(aggregate, "secure-mirrored", admin)) == len(sent),
         120,
         0.5,
         what="the mirror copied the records into the aggregate",
     )
-    assert sorted(values(aggregate, "secure-mirrored", admin)) == sorted(sent)
+    assert sorted(read_values(aggregate, "secure-mirrored", admin)) == sorted(sent)
 
     def report() -> subprocess.CompletedProcess[str]:
         return backbone(
@@ -268,7 +254,7 @@ def test_mirror_audit_registry_and_console_work_on_the_secure_topology(
 
     # The generator produced Avro events into dc1 (its schemas in the registry), mirrored to the aggregate.
     wait_until(
-        lambda: len(values(aggregate, "page_views", admin)) > 0, 120, 1, what="generated events mirrored"
+        lambda: len(read_values(aggregate, "page_views", admin)) > 0, 120, 1, what="generated events mirrored"
     )
     assert "page_views-value" in call("GET", f"{url}/subjects")[1]
 
@@ -299,7 +285,7 @@ def test_up_restarts_what_died_and_refuses_to_turn_a_secure_directory_plaintext(
     with Producer({**admin, "bootstrap.servers": clusters["dc1"]["bootstrap"], "acks": "all"}) as producer:
         producer.send("secure-after-restart", b"again").get(timeout=30)
     wait_until(
-        lambda: values(clusters["aggregate"]["bootstrap"], "secure-after-restart", admin) == [b"again"],
+        lambda: read_values(clusters["aggregate"]["bootstrap"], "secure-after-restart", admin) == [b"again"],
         120,
         0.5,
         what="the restarted mirror copies with its recorded login",

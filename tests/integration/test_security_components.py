@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from mirror_support import GROUP_SETTINGS, MirrorProcess, mirror_args, mirrors
 from registry_support import call
-from security_fixtures import BROKER_PASSWORD, secure_properties
+from security_fixtures import BROKER_PASSWORD, read_values, secure_properties
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from backbone.client.audit import read_audit_counts
@@ -38,9 +38,11 @@ TARGET_USER, TARGET_PASSWORD = "aggregate-mirror", "target-secret"
 
 @contextmanager
 def secure_cluster(
-    connect: str, directory: Path, certificates: Path, user: str, password: str
+    zookeeper, chroot: str, tmp_path: Path, certificates: Path, name: str, user: str, password: str
 ) -> Iterator[BrokerProcess]:
-    """One broker whose only listener is SASL_SSL; `user` (and the brokers' own login) may log in."""
+    """Cluster `name`: one broker whose only listener is SASL_SSL; `user` (and the brokers' own login) may
+    log in."""
+    connect, directory = f"{zookeeper.connect_string}{chroot}/{name}", tmp_path / name
     with ClusterStore(connect) as store:
         for name, secret in ((user, password), ("broker", BROKER_PASSWORD)):
             store.set_scram_credential(name, MECHANISM, ScramCredential.from_password(MECHANISM, secret))
@@ -78,11 +80,7 @@ def login(certificates: Path, user: str, password: str) -> dict[str, str]:
 @pytest.fixture
 def source(zookeeper, chroot: str, tmp_path: Path, certificates: Path) -> Iterator[BrokerProcess]:
     with secure_cluster(
-        zookeeper.connect_string + chroot + "/dc1",
-        tmp_path / "dc1",
-        certificates,
-        SOURCE_USER,
-        SOURCE_PASSWORD,
+        zookeeper, chroot, tmp_path, certificates, "dc1", SOURCE_USER, SOURCE_PASSWORD
     ) as broker:
         yield broker
 
@@ -90,27 +88,9 @@ def source(zookeeper, chroot: str, tmp_path: Path, certificates: Path) -> Iterat
 @pytest.fixture
 def target(zookeeper, chroot: str, tmp_path: Path, certificates: Path) -> Iterator[BrokerProcess]:
     with secure_cluster(
-        zookeeper.connect_string + chroot + "/aggregate",
-        tmp_path / "aggregate",
-        certificates,
-        TARGET_USER,
-        TARGET_PASSWORD,
+        zookeeper, chroot, tmp_path, certificates, "aggregate", TARGET_USER, TARGET_PASSWORD
     ) as broker:
         yield broker
-
-
-def read_values(bootstrap: str, topic: str, config: dict[str, str]) -> list[bytes]:
-    """Every record value of `topic` up to its current end."""
-    with Consumer({**config, "bootstrap.servers": bootstrap}) as consumer:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(partitions)
-        ends = consumer.end_offsets(partitions)
-        consumer.seek_to_beginning(*partitions)
-        values: list[bytes] = []
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            for records in consumer.poll(timeout_ms=500).values():
-                values.extend(record.value for record in records)
-        return values
 
 
 def end_total(bootstrap: str, topic: str, config: dict[str, str]) -> int:
