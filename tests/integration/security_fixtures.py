@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backbone.client import Admin, NewTopic
+from backbone.client import Admin, Consumer, NewTopic, TopicPartition
 from backbone.coordination import ClusterStore, ScramCredential, find_free_port
 from backbone.dev.processes import BrokerProcess
 from tests.helpers.wire import RawConnection
@@ -112,3 +112,19 @@ def librdkafka_client(certificates: Path, port: int) -> dict[str, object]:
         "sasl.password": PASSWORD,
         "ssl.ca.location": str(certificates / "ca.pem"),
     }
+
+
+def read_values(bootstrap: str, topic: str, config: dict[str, str]) -> list[bytes]:
+    """Every record value of `topic` up to its current end (none while the topic does not exist)."""
+    with Consumer({**config, "bootstrap.servers": bootstrap}) as consumer:
+        if topic not in consumer.topics():
+            return []
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        consumer.seek_to_beginning(*partitions)
+        values: list[bytes] = []
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        return values
