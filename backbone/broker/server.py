@@ -182,6 +182,7 @@ class Broker(MetadataListener):
         self.replicas.may_join_isr = self._may_join_isr
         self.replicas.apply_written_state = self.sync.apply_written_state
         await asyncio.to_thread(self.sync.start)
+        await self._finish_deletions_missed()
         self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
         # Read after the watch is set, so no quota change falls between the two.
         self.quotas.book.replace(await self.zk(self.store.client_quotas))
@@ -413,6 +414,24 @@ class Broker(MetadataListener):
 
     def on_topic_deleted(self, topic: str) -> None:
         self.metadata_generation += 1
+        # Runs after every listener has seen the deletion, so the replica manager has deleted the logs.
+        asyncio.get_running_loop().create_task(self._replica_data_deleted(topic))
+
+    async def _finish_deletions_missed(self) -> None:
+        """Topics deleted while this broker was down: delete their logs here and say so, or the names
+        stay marked for deletion."""
+        for topic in await self.zk(self.store.topics_marked_for_deletion):
+            if await self.zk(self.store.topic_exists, topic):
+                continue  # queued, not deleted yet
+            for key in [k for k in self.log_manager.logs() if k[0] == topic]:
+                await asyncio.to_thread(self.log_manager.delete_log, *key)
+            await self._replica_data_deleted(topic)
+
+    async def _replica_data_deleted(self, topic: str) -> None:
+        try:
+            await self.zk(self.store.replica_data_deleted, topic, self.broker_id)
+        except (KafkaError, CoordinationError) as exc:
+            log.warning("event=topic_deletion_ack_failed topic=%s error=%r", topic, str(exc))
 
     def on_controller_changed(self, controller_id: int) -> None:
         self.metadata_generation += 1
