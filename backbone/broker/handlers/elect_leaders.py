@@ -5,15 +5,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, NotControllerError
 
 if TYPE_CHECKING:
+    from backbone.broker.controller.requested_elections import Elections
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.ELECT_LEADERS, elect_leaders_handler(broker.controller.elections))
+
+
+def elect_leaders_handler(elections: Elections) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.ELECT_LEADERS, context.api_version)
@@ -25,7 +30,7 @@ def register(broker: Broker) -> None:
         )
         top_error = ErrorCode.none
         try:
-            results = await broker.controller.elections.elect(election_type, asked)
+            results = await elections.elect(election_type, asked)
         except NotControllerError as exc:
             top_error = exc.code
             results = {key: (exc.code, str(exc)) for key in asked or []}
@@ -44,4 +49,4 @@ def register(broker: Broker) -> None:
             ),
         )
 
-    broker.api_table.register(ApiKey.ELECT_LEADERS, handle)
+    return handle
