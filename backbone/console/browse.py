@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from backbone.client import AsyncConsumer, TopicPartition
+from backbone.times import time_ms
 
 FORMATS = ("text", "json", "hex")
 MAX_LIMIT = 200
@@ -35,18 +35,12 @@ class Row:
 
 def parse_time(text: str) -> int:
     """Epoch milliseconds, or ISO 8601 (UTC when no zone is given)."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return time_ms(text)
     except ValueError:
         raise BadQuery(
-            f"time {text!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
+            f"time {text.strip()!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def show_bytes(data: bytes | None, fmt: str) -> str | None:

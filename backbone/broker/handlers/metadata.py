@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Set
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -115,23 +116,16 @@ def metadata_handler(
     return handle
 
 
+@dataclass(frozen=True)
 class TopicAutoCreation:
     """Creates topics a Metadata request names and the cluster lacks, with the broker's defaults; the
     offsets topic through the group coordination (its own partition count, replication and compaction)."""
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        cache: MetadataCache,
-        store: ClusterStore,
-        zk: ZooKeeperCall,
-        ensure_offsets_topic: Callable[[], Awaitable[None]],
-    ) -> None:
-        self.config = config
-        self.cache = cache
-        self.store = store
-        self.zk = zk
-        self.ensure_offsets_topic = ensure_offsets_topic
+    config: BrokerConfig
+    cache: MetadataCache
+    store: ClusterStore
+    zk: ZooKeeperCall
+    ensure_offsets_topic: Callable[[], Awaitable[None]]
 
     async def create(self, topics: list[str]) -> set[str]:
         """Create missing topics; return those that exist now but this broker has not seen yet."""
