@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.admin_common import error_of
-from backbone.broker.handlers.common import build, register_all, response_module, throttle
+from backbone.broker.handlers.common import build, by_topic, register_all, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import CoordinationError
 from backbone.protocol.api import ApiKey
@@ -41,24 +41,26 @@ def reassignments_handlers(reassignments: Reassignments) -> dict[ApiKey, Handler
         except (NotControllerError, CoordinationError) as exc:
             top = error_of(exc, "alter_partition_reassignments")
             outcomes = dict.fromkeys(asked, top)
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), (error, message) in sorted(outcomes.items()):
-            by_topic.setdefault(topic, []).append(
+        rows = by_topic(
+            (
+                topic,
                 build(
                     module.ReassignablePartitionResponse,
                     partition_index=partition,
                     error_code=error,
                     error_message=message,
-                )
+                ),
             )
+            for (topic, partition), (error, message) in sorted(outcomes.items())
+        )
         return build(
             module.AlterPartitionReassignmentsResponse,
             throttle_time=throttle(),
             error_code=top[0],
             error_message=top[1],
             responses=tuple(
-                build(module.ReassignableTopicResponse, name=name, partitions=tuple(rows))
-                for name, rows in by_topic.items()
+                build(module.ReassignableTopicResponse, name=name, partitions=tuple(partitions))
+                for name, partitions in rows.items()
             ),
         )
 
@@ -82,25 +84,27 @@ def reassignments_handlers(reassignments: Reassignments) -> dict[ApiKey, Handler
                 error_message=message,
                 topics=(),
             )
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), state in sorted(found.items()):
-            by_topic.setdefault(topic, []).append(
+        rows = by_topic(
+            (
+                topic,
                 build(
                     module.OngoingPartitionReassignment,
                     partition_index=partition,
                     replicas=state.replicas,
                     adding_replicas=state.adding,
                     removing_replicas=state.removing,
-                )
+                ),
             )
+            for (topic, partition), state in sorted(found.items())
+        )
         return build(
             module.ListPartitionReassignmentsResponse,
             throttle_time=throttle(),
             error_code=ErrorCode.none,
             error_message=None,
             topics=tuple(
-                build(module.OngoingTopicReassignment, name=name, partitions=tuple(rows))
-                for name, rows in by_topic.items()
+                build(module.OngoingTopicReassignment, name=name, partitions=tuple(partitions))
+                for name, partitions in rows.items()
             ),
         )
 

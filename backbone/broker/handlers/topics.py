@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -62,8 +62,24 @@ def topics_handlers(admin: AdminPieces, waiter: MetadataWaiter) -> dict[ApiKey, 
     }
 
 
-def _duplicates(names: list[str]) -> set[str]:
-    return {name for name, count in Counter(names).items() if count > 1}
+def _once_each(
+    topics: Sequence[Any], refuse: Callable[[str, set[str]], Any]
+) -> tuple[dict[str, Any], list[Any]]:
+    """(answers by name in the request's order, the topics to serve): a name the request gives more than
+    once is answered `refuse(name, all such names)` and not served; the others' answers are None until
+    they are."""
+    duplicates = {name for name, count in Counter(t.name for t in topics).items() if count > 1}
+    answers: dict[str, Any] = {}
+    to_serve = []
+    for topic in topics:
+        if topic.name in answers:
+            continue
+        if topic.name in duplicates:
+            answers[topic.name] = refuse(topic.name, duplicates)
+            continue
+        answers[topic.name] = None
+        to_serve.append(topic)
+    return answers, to_serve
 
 
 def _leaders_check(admin: AdminPieces, topic: str, partitions: int) -> Callable[[], bool]:
@@ -109,22 +125,17 @@ async def _create_topics(admin: AdminPieces, waiter: MetadataWaiter, context: Re
     request = context.decode()
     version = context.api_version
     module = response_module(ApiKey.CREATE_TOPICS, version)
-    duplicates = _duplicates([t.name for t in request.topics])
-    results: dict[str, Any] = {}
+    results, to_create = _once_each(
+        request.topics,
+        lambda name, duplicates: _create_error(
+            module,
+            name,
+            ErrorCode.invalid_request,
+            "Create topics request from client contains multiple entries for the following topics: "
+            + ", ".join(sorted(duplicates)),
+        ),
+    )
     created: dict[str, TopicAssignment] = {}
-    to_create = []
-    for topic in request.topics:
-        if topic.name in results:
-            continue
-        if topic.name in duplicates:
-            message = (
-                "Create topics request from client contains multiple entries for the following topics: "
-                + ", ".join(sorted(duplicates))
-            )
-            results[topic.name] = _create_error(module, topic.name, ErrorCode.invalid_request, message)
-            continue
-        results[topic.name] = None  # answered in the request's order
-        to_create.append(topic)
     # Concurrently: each topic is its own ZooKeeper transaction, and one topic's round trips need not wait
     # for another's. Names colliding with an earlier one of the request ('.' and '_' are one in metric
     # names) go after it, so that they are refused as colliding, as Kafka's one-by-one creation does.
@@ -350,20 +361,13 @@ def _delete_result(module: Any, name: str | None, code: ErrorCode, message: str 
 async def _create_partitions(admin: AdminPieces, waiter: MetadataWaiter, context: RequestContext) -> Any:
     request = context.decode()
     module = response_module(ApiKey.CREATE_PARTITIONS, context.api_version)
-    duplicates = _duplicates([t.name for t in request.topics])
-    results: dict[str, Any] = {}
+    results, to_grow = _once_each(
+        request.topics,
+        lambda name, _: _partitions_result(
+            module, name, ErrorCode.invalid_request, "Duplicate topic in request."
+        ),
+    )
     grown: dict[str, int] = {}
-    to_grow = []
-    for topic in request.topics:
-        if topic.name in results:
-            continue
-        if topic.name in duplicates:
-            results[topic.name] = _partitions_result(
-                module, topic.name, ErrorCode.invalid_request, "Duplicate topic in request."
-            )
-            continue
-        results[topic.name] = None  # answered in the request's order
-        to_grow.append(topic)
     outcomes = await asyncio.gather(
         *(_grow(admin, topic, request.validate_only) for topic in to_grow), return_exceptions=True
     )
