@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from backbone.broker.controller.fenced_writes import ZooKeeperCall
 from backbone.broker.handlers.common import error_code_of, error_message_of
 from backbone.broker.metadata_cache import MetadataCache, MetadataListener
 from backbone.coordination import ClusterStore, CoordinationError, CoordinationUnavailableError
@@ -28,9 +29,6 @@ from backbone.coordination import ClusterStore, CoordinationError, CoordinationU
 if TYPE_CHECKING:
     from backbone.broker.config import BrokerConfig
     from backbone.broker.server import Broker
-
-# Runs a blocking ClusterStore call off the event loop: `await zk(store.create_topic, name, ...)`.
-ZooKeeperCall = Callable[..., Awaitable[Any]]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +50,8 @@ def error_of(exc: BaseException, action: str) -> tuple[ErrorCode, str]:
 
 @dataclass(frozen=True)
 class AdminPieces:
+    """What the topic and config handlers read and change; `zk(store.method, ...)` runs a store call."""
+
     broker_id: int
     config: BrokerConfig
     cache: MetadataCache
