@@ -3,7 +3,8 @@
     ops/bench/run [--quick] [--only NAME[,NAME]] [--no-write] [--list]
 
 Steps, in order (`--list` shows each one's command): the seed's comparison (after `install-brokers`), the
-broker with each client, replication (RF3 acks=all against RF1 acks=1, and failover), end-to-end latency
+broker with each client, kcat consuming at librdkafka's default fetch size and at 10 MiB, kcat producing one
+record per request, replication (RF3 acks=all against RF1 acks=1, and failover), end-to-end latency
 at 1,000, 10,000 and 100,000 records/s, the mirror, and the machine's limit for the same bytes. `--quick`
 runs each with small counts, to check the suite works in a few minutes; its figures mean little.
 
@@ -65,6 +66,20 @@ STEPS = (
         ("--records", "50000", "--rounds", "1"),
         timeout=1200,
         prepare=("ops/bench/install-brokers",),  # confluent-kafka
+    ),
+    Step(
+        "fetch-size",
+        "fetch_size_bench.py",
+        ("--records", "2000000", "--rounds", "3"),
+        ("--records", "100000", "--rounds", "1"),
+        timeout=900,
+    ),
+    Step(
+        "batch-1",
+        "batch1_bench.py",
+        ("--rounds", "3", "--seconds", "10"),
+        ("--rounds", "1", "--seconds", "2"),
+        timeout=600,
     ),
     Step(
         "replication",
