@@ -110,6 +110,13 @@ STEPS = (
         timeout=1200,
     ),
     Step(
+        "client-quotas",
+        "quota_bench.py",
+        (),
+        ("--span", "30", "--pairs", "2", "--seconds", "4"),
+        timeout=1200,
+    ),
+    Step(
         "topology",
         "topology_bench.py",
         (
