@@ -22,6 +22,7 @@ from backbone.broker.controller.control_loop import Controller
 from backbone.broker.controller.liveness import Liveness
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
+from backbone.broker.handlers.admin_common import MetadataWaiter
 from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
@@ -135,6 +136,8 @@ class Broker(MetadataListener):
         self.failed = asyncio.Event()
         self.failure: Exception | None = None
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config["metrics.port"] else None
+        # Admin handlers answer once this broker's cache shows their change; this wakes them.
+        self.metadata_waiter = MetadataWaiter()
         register_all(self)
         if self.authorizer.enabled:
             guard_apis(self.api_table, self.authorizer)
@@ -177,7 +180,13 @@ class Broker(MetadataListener):
             self.metrics.serve(self.config["metrics.port"], self.config.listeners[0].host)
         self.sync = MetadataSync(self.store, self.cache, loop)
         # The group coordination follows offsets-partition leadership once the replica manager has applied it.
-        self.sync.listeners = [self, self.replicas, self.controller, self.group_coordination]
+        self.sync.listeners = [
+            self,
+            self.replicas,
+            self.controller,
+            self.group_coordination,
+            self.metadata_waiter,
+        ]
         self.replicas.write_state = self._write_partition_state
         self.replicas.may_join_isr = self._may_join_isr
         self.replicas.apply_written_state = self.sync.apply_written_state

@@ -20,7 +20,6 @@ import re
 import signal
 import sys
 import time
-from datetime import UTC, datetime
 
 from backbone.cli import UsageError
 from backbone.cli.connect import (
@@ -32,6 +31,7 @@ from backbone.cli.connect import (
     int_at_least,
     reports_failures,
 )
+from backbone.times import time_ms
 
 _DEFAULT_TOPIC = "__audit"  # backbone.client.audit.DEFAULT_TOPIC (not imported: the client loads slowly)
 CANNOT_JUDGE = 3  # exit status of a report without baseline counts to judge by
@@ -92,17 +92,12 @@ def parse_since(text: str, now_ms: int | None = None) -> int:
     relative = re.fullmatch(r"(\d+)([smhd])", text.strip())
     if relative:
         return now_ms - int(relative[1]) * _UNITS_MS[relative[2]]
-    if text.strip().isdigit():
-        return int(text)
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return time_ms(text)
     except ValueError:
         raise UsageError(
             f"--since {text!r}: use a duration (30m, 2h, 1d), an ISO time (2026-01-31T10:00) or epoch ms"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _default_baseline() -> str:

@@ -7,9 +7,9 @@ import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from backbone import times
 from backbone.client import AsyncConsumer, TopicPartition
 
 FORMATS = ("text", "json", "hex")
@@ -37,18 +37,12 @@ class Row:
 
 def parse_time(text: str) -> int:
     """Epoch milliseconds, or ISO 8601 (UTC when no zone is given)."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return times.time_ms(text)
     except ValueError:
         raise BadQuery(
-            f"time {text!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
+            f"time {text.strip()!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def show_bytes(data: bytes | None, fmt: str) -> str | None:

@@ -53,6 +53,10 @@ class Reassignments:
         # must not be finished from a view taken before a cancellation, nor cancelled halfway through.
         self._lock = asyncio.Lock()
 
+    def require_controller(self) -> None:
+        """NotControllerError unless this broker is the controller: other brokers send clients to it."""
+        self.writer.require_active()
+
     async def in_progress(self, partitions: Iterable[TopicPartition] | None) -> dict[TopicPartition, Ongoing]:
         """Reassignments in progress, read from ZooKeeper: one started or ended a moment ago shows at once,
         whether or not this broker's watches have delivered it yet."""
