@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backbone.broker.connection_limits import CONNECTION_PROPERTIES
+from backbone.broker.quotas import QUOTA_PROPERTIES
+from backbone.broker.request_memory import QUEUED_MAX_REQUEST_BYTES, check_budget
 from backbone.broker.security.config import SECURITY_PROPERTIES, check_sasl_mechanisms, jaas_credentials
 from backbone.log.config import LogConfig, broker_property_names
 from backbone.properties import ConfigError, Property, parse_list, resolve
@@ -134,6 +136,8 @@ BROKER_PROPERTIES: dict[str, Property] = {
     )
 } | SECURITY_PROPERTIES
 BROKER_PROPERTIES.update(CONNECTION_PROPERTIES)
+BROKER_PROPERTIES[QUEUED_MAX_REQUEST_BYTES.name] = QUEUED_MAX_REQUEST_BYTES
+BROKER_PROPERTIES.update(QUOTA_PROPERTIES)
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,7 @@ class BrokerConfig:
             raise ConfigError(
                 f"inter.broker.listener.name: {self.inter_broker_listener} is not one of listeners"
             )
+        check_budget(self.values["queued.max.request.bytes"], self.values["socket.request.max.bytes"])
         self.log_dirs: list[str] = self.values["log.dirs"] or [self.values["log.dir"]]
         self.sasl_mechanisms = check_sasl_mechanisms(self.values["sasl.enabled.mechanisms"])
         self.inter_broker_credentials = jaas_credentials(self.values["sasl.jaas.config"])

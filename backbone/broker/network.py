@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import dataclasses
 import logging
 import ssl
 import time
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.config import Endpoint
+from backbone.broker.handlers.common import throttle
+from backbone.broker.quotas import charge_request_time, quotas_of
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey, ApiTable
 from backbone.protocol.entities import error_answer
@@ -39,6 +43,8 @@ from backbone.wire.chunks import Chunk, frame_chunks
 
 if TYPE_CHECKING:
     from backbone.broker.connection_limits import ConnectionLimits
+    from backbone.broker.quotas import QuotaManager
+    from backbone.broker.request_memory import RequestMemory
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,8 @@ log = logging.getLogger(__name__)
 # (one request larger than the byte bound is still taken: it waits alone).
 MAX_QUEUED_REQUESTS = 64
 MAX_QUEUED_BYTES = 32 * 1024 * 1024
+# Answered before a principal is known: their time is not charged to request_percentage.
+QUOTA_EXEMPT_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # How much of a refused request its log line shows (hex): the header and the start of the body.
 HEX_DUMP_BYTES = 64
 # Answers to pipelined requests are held back and written together, up to this many bytes at a time.
@@ -62,6 +70,10 @@ class RequestContext:
     connection: Connection
     remote_wait_s: float = 0.0
     """Time the handler spent waiting for other brokers or for data (acks=all, a long-polled fetch)."""
+    started: float = 0.0
+    """When the handler began (time.monotonic())."""
+    throttle_ms: int | None = None
+    """Set by a handler that charged the request to its quotas itself (Produce, Fetch); 0: not throttled."""
 
     @property
     def api_version(self) -> int:
@@ -125,11 +137,16 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = Principal()
         self.authenticator = listener.authenticator_factory()
         self.closed = False
+        self._gone = asyncio.Event()  # set once closed: ends a throttle's wait
         self._writable = asyncio.Event()
         self._writable.set()
         self._unsent: list[bytes | bytearray | memoryview] = []  # answers held back (see write_chunks)
         self._unsent_bytes = 0
         self._reading_paused = False
+        self.held_bytes = 0  # charged to the broker's request memory (request_memory.py)
+        self.reserved = 0  # of which: the unfinished large frame's reservation
+        self._waiting_for_memory = False
+        self._muted = False  # throttled by a quota (see _mute)
         self._task: asyncio.Task[None] | None = None
         self.ip = "?"
         self.counted = False  # by the listener's connection limits
@@ -173,10 +190,9 @@ class Connection(asyncio.BufferedProtocol):
             self.queue.extend([(frame, arrived) for frame in frames])
             self.queued_bytes += sum(frame.nbytes for frame in frames)
             self.ready.set()
-            if self._queue_full() and not self._reading_paused:
-                self._reading_paused = True
-                assert self.transport is not None
-                self.transport.pause_reading()
+        if self.listener.memory is not None:
+            self._charge(self.listener.memory, frames)
+        self._update_reading()
 
     def eof_received(self) -> bool | None:
         self.close()
@@ -188,7 +204,11 @@ class Connection(asyncio.BufferedProtocol):
             self.listener.limits.release(self.ip)
         self.closed = True
         self.listener.connections.discard(self)
+        self._release(self.held_bytes)
+        if self.listener.memory is not None:
+            self.listener.memory.waiting.discard(self)
         self.ready.set()
+        self._gone.set()
         self._writable.set()
 
     async def drained(self) -> None:
@@ -207,6 +227,51 @@ class Connection(asyncio.BufferedProtocol):
     def _queue_full(self) -> bool:
         return len(self.queue) >= MAX_QUEUED_REQUESTS or self.queued_bytes >= MAX_QUEUED_BYTES
 
+    def _update_reading(self) -> None:
+        """Read while the queue has room, the broker's request memory has bytes for this connection and no
+        quota mutes it."""
+        pause = self._queue_full() or self._waiting_for_memory or self._muted
+        if pause != self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _charge(self, memory: RequestMemory, frames: list[memoryview]) -> None:
+        fresh = sum(frame.nbytes for frame in frames)
+        if self.reserved and frames:  # the first frame is the large one reserved for when it began
+            fresh -= self.reserved
+            self.reserved = 0
+        self.held_bytes += fresh
+        memory.take(fresh)
+        self._reserve_or_wait(memory)
+
+    def _reserve_or_wait(self, memory: RequestMemory) -> None:
+        """A large frame reserves its size as it begins, if the budget is not spent; a connection without
+        a reservation stops reading while it is."""
+        size = self.decoder.unfinished_frame_bytes
+        if size and not self.reserved and not memory.spent:
+            self.reserved = size
+            self.held_bytes += size
+            memory.take(size)
+        self._waiting_for_memory = memory.spent and not self.reserved
+        if self._waiting_for_memory:
+            memory.wait(self)
+
+    def memory_freed(self) -> None:
+        """The broker's request memory has bytes again (this connection was waiting for them)."""
+        if self.closed or self.listener.memory is None:
+            return
+        self._reserve_or_wait(self.listener.memory)
+        self._update_reading()
+
+    def _release(self, nbytes: int) -> None:
+        nbytes = min(nbytes, self.held_bytes)  # all was released already if the connection is gone
+        if nbytes and self.listener.memory is not None:
+            self.held_bytes -= nbytes
+            self.listener.memory.release(nbytes)
+
     async def _serve(self) -> None:
         try:
             while not self.closed:
@@ -216,11 +281,9 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 frame, arrived = self.queue.popleft()
                 self.queued_bytes -= frame.nbytes
-                if self._reading_paused and not self._queue_full():
-                    self._reading_paused = False
-                    assert self.transport is not None
-                    self.transport.resume_reading()
+                self._update_reading()
                 await self._handle(frame, arrived)
+                self._release(frame.nbytes)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -251,8 +314,8 @@ class Connection(asyncio.BufferedProtocol):
         except KafkaError:
             await self._refuse(header, frame, "unsupported API key", ErrorCode.unsupported_version)
             return
-        context = RequestContext(header, frame, body_offset, self)
         started = time.monotonic()
+        context = RequestContext(header, frame, body_offset, self, started=started)
         try:
             result = await handler(context)
         except KafkaError as exc:
@@ -268,6 +331,9 @@ class Connection(asyncio.BufferedProtocol):
             )
             await self._refuse(header, frame, f"unexpected error: {exc!r}", ErrorCode.unknown_server_error)
             return
+        throttle_ms = context.throttle_ms
+        if throttle_ms is None:
+            throttle_ms, result = self._charge_request_time(context, result)
         ready = time.monotonic()
         if result is not None:
             if isinstance(result, list):
@@ -279,6 +345,31 @@ class Connection(asyncio.BufferedProtocol):
             metrics.request_done(
                 header.api_key, header.api_version, arrived, started, ready, context.remote_wait_s
             )
+        if throttle_ms > 0:
+            await self._mute(throttle_ms / 1000)
+
+    def _charge_request_time(
+        self, context: RequestContext, result: HandlerResult
+    ) -> tuple[int, HandlerResult]:
+        """The request-time quota's throttle for a request whose handler did not charge it, and the answer
+        carrying it."""
+        quotas = quotas_of(context)
+        if quotas is None or context.header.api_key in QUOTA_EXEMPT_APIS:
+            return 0, result
+        throttle_ms = charge_request_time(quotas, context)
+        if throttle_ms > 0 and dataclasses.is_dataclass(result) and hasattr(result, "throttle_time"):
+            result = dataclasses.replace(result, throttle_time=throttle(throttle_ms))  # type: ignore[type-var]
+        return throttle_ms, result
+
+    async def _mute(self, seconds: float) -> None:
+        """Read nothing more from this client until its throttle time is over (its answer is already sent):
+        requests it already pipelined wait too, as this connection serves one request at a time."""
+        self._muted = True
+        self._update_reading()
+        with contextlib.suppress(TimeoutError):  # a closed connection waits no longer
+            await asyncio.wait_for(self._gone.wait(), seconds)
+        self._muted = False
+        self._update_reading()
 
     async def _refuse(
         self, header: RequestHeader | None, frame: memoryview, reason: str, code: ErrorCode | None = None
@@ -363,6 +454,7 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             self.transport.close()
         self.ready.set()
+        self._gone.set()
 
 
 class Listener:
@@ -387,6 +479,8 @@ class Listener:
         self.metrics: Any = None  # the broker's BrokerMetrics when metrics.port is set
         self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
         self.limits: ConnectionLimits | None = None  # the broker's, shared by its listeners
+        self.memory: RequestMemory | None = None  # the broker's request bytes budget, shared likewise
+        self.quotas: QuotaManager | None = None  # the broker's client quotas, shared by its listeners
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls

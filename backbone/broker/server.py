@@ -22,12 +22,15 @@ from backbone.broker.controller.control_loop import Controller
 from backbone.broker.controller.liveness import Liveness
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers import register_all
+from backbone.broker.handlers.admin_common import MetadataWaiter
 from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
+from backbone.broker.quotas import QuotaManager
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
+from backbone.broker.request_memory import RequestMemory
 from backbone.broker.security.authorizer import Authorizer, keep_loaded
 from backbone.broker.security.guards import guard_apis
 from backbone.broker.security.listeners import inter_broker_security, secure_listener
@@ -43,6 +46,7 @@ from backbone.coordination import (
     SessionEvent,
     Watch,
 )
+from backbone.coordination.quotas import parse_entity_node
 from backbone.log import LogManager
 from backbone.log.cleaner import LogCleaner
 from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
@@ -119,6 +123,9 @@ class Broker(MetadataListener):
         self.authorizer = Authorizer.from_config(config.values)
         self._acl_watches: list[Watch] = []
         self.connection_limits = ConnectionLimits(config.values)
+        budget = config["queued.max.request.bytes"]
+        self.request_memory = RequestMemory(budget) if budget >= 0 else None
+        self.quotas = QuotaManager(config.values)
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -129,6 +136,8 @@ class Broker(MetadataListener):
         self.failed = asyncio.Event()
         self.failure: Exception | None = None
         self.metrics: BrokerMetrics | None = BrokerMetrics(self) if config["metrics.port"] else None
+        # Admin handlers answer once this broker's cache shows their change; this wakes them.
+        self.metadata_waiter = MetadataWaiter()
         register_all(self)
         if self.authorizer.enabled:
             guard_apis(self.api_table, self.authorizer)
@@ -162,6 +171,8 @@ class Broker(MetadataListener):
             )
             secure_listener(listener, self.config, self._scram_credentials)
             listener.limits = self.connection_limits
+            listener.memory = self.request_memory
+            listener.quotas = self.quotas
             await listener.start()
             listener.metrics = self.metrics
             self.listeners.append(listener)
@@ -169,12 +180,21 @@ class Broker(MetadataListener):
             self.metrics.serve(self.config["metrics.port"], self.config.listeners[0].host)
         self.sync = MetadataSync(self.store, self.cache, loop)
         # The group coordination follows offsets-partition leadership once the replica manager has applied it.
-        self.sync.listeners = [self, self.replicas, self.controller, self.group_coordination]
+        self.sync.listeners = [
+            self,
+            self.replicas,
+            self.controller,
+            self.group_coordination,
+            self.metadata_waiter,
+        ]
         self.replicas.write_state = self._write_partition_state
         self.replicas.may_join_isr = self._may_join_isr
         self.replicas.apply_written_state = self.sync.apply_written_state
         await asyncio.to_thread(self.sync.start)
+        await self._finish_deletions_missed()
         self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
+        # Read after the watch is set, so no quota change falls between the two.
+        self.quotas.book.replace(await self.zk(self.store.client_quotas))
         await self._register()
         await self._clear_predecessor_state()
         self._shutdown_watch = await self.zk(
@@ -403,6 +423,24 @@ class Broker(MetadataListener):
 
     def on_topic_deleted(self, topic: str) -> None:
         self.metadata_generation += 1
+        # Runs after every listener has seen the deletion, so the replica manager has deleted the logs.
+        asyncio.get_running_loop().create_task(self._replica_data_deleted(topic))
+
+    async def _finish_deletions_missed(self) -> None:
+        """Topics deleted while this broker was down: delete their logs here and say so, or the names
+        stay marked for deletion."""
+        for topic in await self.zk(self.store.topics_marked_for_deletion):
+            if await self.zk(self.store.topic_exists, topic):
+                continue  # queued, not deleted yet
+            for key in [k for k in self.log_manager.logs() if k[0] == topic]:
+                await asyncio.to_thread(self.log_manager.delete_log, *key)
+            await self._replica_data_deleted(topic)
+
+    async def _replica_data_deleted(self, topic: str) -> None:
+        try:
+            await self.zk(self.store.replica_data_deleted, topic, self.broker_id)
+        except (KafkaError, CoordinationError) as exc:
+            log.warning("event=topic_deletion_ack_failed topic=%s error=%r", topic, str(exc))
 
     def on_controller_changed(self, controller_id: int) -> None:
         self.metadata_generation += 1
@@ -423,8 +461,21 @@ class Broker(MetadataListener):
 
     def _config_changed_threadsafe(self, change: ConfigChange) -> None:
         loop = self.sync.loop if self.sync is not None else None
-        if loop is not None and not loop.is_closed() and change.entity_type == "topics":
+        if loop is None or loop.is_closed():
+            return
+        if change.entity_type == "topics":
             loop.call_soon_threadsafe(lambda: loop.create_task(self._load_topic_config(change.entity_name)))
+            return
+        entity = parse_entity_node(f"{change.entity_type}/{change.entity_name}")
+        if entity is not None:
+            # Read here, on the watch's thread; the book changes on the loop.
+            try:
+                values = self.store.client_quota(entity)
+            except CoordinationError as exc:
+                log.warning("event=client_quota_unreadable entity=%s error=%r", entity, str(exc))
+                return
+            loop.call_soon_threadsafe(self.quotas.book.update, entity, values)
+            log.info("event=client_quota_changed entity=%s values=%s", entity, values)
 
     # -- housekeeping ---------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from backbone.cli import UsageError
@@ -27,6 +26,7 @@ from backbone.cli.connect import (
     reports_failures,
 )
 from backbone.protocol.errors import UnknownTopicOrPartitionError
+from backbone.times import time_ms
 
 if TYPE_CHECKING:
     from backbone.client import Admin, Consumer, ConsumerRecord, RecordList, TopicPartition
@@ -136,16 +136,13 @@ def _output_format(args: argparse.Namespace) -> str:
 
 def parse_time(text: str) -> int:
     """Milliseconds since the epoch from epoch ms or ISO 8601 (a time without a zone is local time)."""
-    if text.isdigit():
-        return int(text)
     try:
-        moment = datetime.fromisoformat(text)
+        return time_ms(text, local=True)
     except ValueError:
         raise UsageError(
             f"--from-time takes ISO 8601 (e.g. 2024-05-01T12:00:00Z) or milliseconds since the epoch, "
             f"got {text!r}"
         ) from None
-    return int(moment.astimezone().timestamp() * 1000)
 
 
 def _partitions(admin: Admin, args: argparse.Namespace) -> list[TopicPartition]:

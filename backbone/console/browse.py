@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from typing import Any
 
+from backbone import times
 from backbone.client import AsyncConsumer, TopicPartition
 
 FORMATS = ("text", "json", "hex")
@@ -35,18 +37,12 @@ class Row:
 
 def parse_time(text: str) -> int:
     """Epoch milliseconds, or ISO 8601 (UTC when no zone is given)."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return times.time_ms(text)
     except ValueError:
         raise BadQuery(
-            f"time {text!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
+            f"time {text.strip()!r} is neither epoch milliseconds nor ISO 8601 (2024-05-01T12:00:00Z)"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def show_bytes(data: bytes | None, fmt: str) -> str | None:
@@ -64,12 +60,19 @@ def show_bytes(data: bytes | None, fmt: str) -> str | None:
 
 
 async def read_page(
-    bootstrap: str, topic: str, partition: int, offset: int | None, time_ms: int | None, limit: int, fmt: str
+    client: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int | None,
+    time_ms: int | None,
+    limit: int,
+    fmt: str,
 ) -> tuple[list[Row], int]:
-    """Up to `limit` records from `offset` (or the first at or after `time_ms`), and the partition's end."""
+    """Up to `limit` records from `offset` (or the first at or after `time_ms`), and the partition's end;
+    `client`: the cluster's client settings (bootstrap servers, security)."""
     tp = TopicPartition(topic, partition)
     consumer = AsyncConsumer(
-        bootstrap_servers=bootstrap,
+        dict(client),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         default_api_timeout_ms=int(READ_TIMEOUT_S * 1000),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -163,6 +165,9 @@ class TopicOps(BrokerOps):
         existing = self.list_topics()
         if topic in existing:
             raise TopicAlreadyExistsError(f"Topic '{topic}' already exists.")
+        if self._deletion_pending(topic):
+            # As Kafka's AdminZkClient: the name is free only once every replica has deleted its data.
+            raise TopicAlreadyExistsError(f"Topic '{topic}' is marked for deletion.")
         # '.' and '_' collide in metric names, so Kafka refuses topics differing only in them.
         flattened = topic.replace(".", "_")
         clash = next((t for t in existing if t.replace(".", "_") == flattened), None)
@@ -362,25 +367,81 @@ class TopicOps(BrokerOps):
 
     @translate_errors("delete a topic")
     def delete_topic(self, topic: str) -> None:
-        """Remove the topic's assignment, partition states, config and deletion marker atomically."""
+        """Remove the topic's assignment, partition states and config atomically, leaving its deletion
+        marker (/admin/delete_topics/<topic>) naming the live brokers that still hold its replicas: the
+        name cannot be used again until each has deleted its data (`replica_data_deleted`), as in Kafka."""
         for _ in range(MAX_RACES):
             doomed = self._subtree(paths.topic_path(topic))
-            doomed += [
-                p for p in (paths.topic_config_path(topic), paths.delete_topic_path(topic)) if self._exists(p)
-            ]
             if not doomed:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+            holders = sorted(self._replica_holders(topic) & set(self.broker_ids()))
+            if self._exists(paths.topic_config_path(topic)):
+                doomed.append(paths.topic_config_path(topic))
+            marker = paths.delete_topic_path(topic)
             transaction = self._client.transaction()
             for path in doomed:
                 transaction.delete(path)
+            queued = self._exists(marker)
+            if queued is not None:
+                transaction.delete(marker, version=queued.version)
+            if holders:
+                transaction.create(marker, json.dumps({"version": 1, "brokers": holders}).encode())
             failure = transaction_failure(transaction.commit())
             if failure is None:
-                log.info("event=topic_deleted topic=%s nodes=%d", topic, len(doomed))
+                waiting = ",".join(map(str, holders)) or "none"
+                log.info("event=topic_deleted topic=%s nodes=%d awaiting=%s", topic, len(doomed), waiting)
                 return
-            if isinstance(failure[1], NotEmptyError | NoNodeError):
+            if isinstance(failure[1], NotEmptyError | NoNodeError | BadVersionError | NodeExistsError):
                 continue  # a node appeared or vanished meanwhile: collect the tree again
             raise failure[1]
         raise CoordinationError(f"topic {topic!r} kept changing while being deleted; retry")
+
+    def _replica_holders(self, topic: str) -> set[int]:
+        try:
+            assignment = self.get_topic(topic)
+        except UnknownTopicOrPartitionError:
+            return set()
+        return {broker for replicas in assignment.partitions.values() for broker in replicas}
+
+    @translate_errors("finish a topic deletion")
+    def replica_data_deleted(self, topic: str, broker_id: int) -> None:
+        """`broker_id` has deleted its data of the deleted `topic`: take it off the deletion marker, and
+        remove the marker with the last such broker (the topic's name is then free)."""
+        marker = paths.delete_topic_path(topic)
+        for _ in range(MAX_RACES):
+            found = self._get_or_none(marker)
+            if found is None:
+                return
+            data, stat = found
+            waiting = [b for b in _marker_brokers(data) if b != broker_id]
+            try:
+                if waiting:
+                    payload = json.dumps({"version": 1, "brokers": waiting}).encode()
+                    self._client.set(marker, payload, version=stat.version)
+                else:
+                    self._client.delete(marker, version=stat.version)
+                    log.info("event=topic_deletion_completed topic=%s", topic)
+                return
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return
+        raise CoordinationError(f"the deletion marker of {topic!r} kept changing; retry")
+
+    def _deletion_pending(self, topic: str) -> bool:
+        """Whether a deleted topic still waits for a live broker to delete its data. A marker whose
+        remaining brokers are all gone is removed: a broker that is not registered serves no replica."""
+        marker = paths.delete_topic_path(topic)
+        found = self._get_or_none(marker)
+        if found is None:
+            return False
+        data, stat = found
+        if set(_marker_brokers(data)) & set(self.broker_ids()):
+            return True
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            self._client.delete(marker, version=stat.version)
+            log.info("event=stale_deletion_marker_removed topic=%s", topic)
+        return False
 
     def _subtree(self, root: str) -> list[str]:
         """`root` and everything below it, children before parents ([] when root does not exist)."""
@@ -492,6 +553,14 @@ class TopicOps(BrokerOps):
 # configured otherwise; a topic's creation is one transaction holding every partition's nodes.
 JUTE_MAX_BUFFER = 0xFFFFF
 _OPERATION_OVERHEAD = 64  # bytes per operation besides its path and data: header, ACL, flags
+
+
+def _marker_brokers(data: bytes) -> list[int]:
+    """The brokers a deletion marker waits for (a marker queued by `mark_topic_for_deletion` has none)."""
+    try:
+        return [int(b) for b in json.loads(data or b"{}").get("brokers", [])]
+    except (ValueError, TypeError, AttributeError):
+        return []
 
 
 def check_partition_count(partitions: int, what: str) -> None:

@@ -154,6 +154,11 @@ class FrameDecoder:
             return len(self._partial)
         return PREFIX_BYTES + self._filled
 
+    @property
+    def unfinished_frame_bytes(self) -> int:
+        """The announced size of a frame too large for the stream buffer being received, else 0."""
+        return self._expected if self._body is not None else 0
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """A non-empty buffer for the next bytes received; pass how many landed to `buffer_updated`
         before any other decoder of this thread is asked for one."""

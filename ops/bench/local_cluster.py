@@ -5,6 +5,8 @@
 - `stop_on_termination`: SIGTERM and SIGHUP unwind the benchmark like an exception, so the `finally` blocks
   stop what it started (ZooKeeper runs in a session of its own: a signal to the benchmark's process group
   does not reach it). `ops/bench/run` stops a benchmark that overruns its time with SIGTERM.
+- `broker_with_sasl_ssl`: the same with a PLAINTEXT and a SASL_SSL listener (certificates from ops/dev-ca) and
+  one SCRAM-SHA-512 user.
 - `stored_batches`: the headers of the batches a broker stored for a partition, read from its log files.
 """
 
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from backbone.coordination import ZooKeeperServer, find_free_port
+from backbone.coordination import ClusterStore, ScramCredential, ZooKeeperServer, find_free_port
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol.record_batch import HEADER_SIZE, BatchHeader, read_header
 
@@ -37,6 +41,45 @@ def one_broker(
         try:
             broker.start(timeout=START_TIMEOUT)
             yield broker
+        finally:
+            broker.stop(timeout=30)
+    finally:
+        zookeeper.stop()
+
+
+@dataclass(frozen=True)
+class SecureBroker:
+    broker: BrokerProcess  # its `port` is the PLAINTEXT listener's
+    sasl_port: int
+    ca_file: Path
+
+
+@contextlib.contextmanager
+def broker_with_sasl_ssl(
+    directory: Path, user: str, password: str, mechanisms: str = "SCRAM-SHA-512"
+) -> Iterator[SecureBroker]:
+    """ZooKeeper and broker 1 with a PLAINTEXT and a SASL_SSL listener offering `mechanisms`, `user` holding a
+    SCRAM-SHA-512 credential for `password` (PLAIN checks it too), data and certificates under `directory`."""
+    certificates = directory / "ca"
+    dev_ca = Path(__file__).resolve().parents[1] / "dev-ca"
+    subprocess.run([str(dev_ca), str(certificates)], check=True, capture_output=True)
+    zookeeper = ZooKeeperServer(directory / "zk", find_free_port(), force_sync=False)
+    zookeeper.start(timeout=START_TIMEOUT)
+    try:
+        connect = zookeeper.connect_string + "/secure"
+        with ClusterStore(connect) as store:
+            credential = ScramCredential.from_password("SCRAM-SHA-512", password)
+            store.set_scram_credential(user, "SCRAM-SHA-512", credential)
+        plain_port, sasl_port = find_free_port(), find_free_port()
+        properties = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_SSL://127.0.0.1:{sasl_port}",
+            "ssl.keystore.location": certificates / "broker.pem",
+            "sasl.enabled.mechanisms": mechanisms,
+        }
+        broker = BrokerProcess(1, connect, directory / "broker", port=plain_port, properties=properties)
+        try:
+            broker.start(timeout=START_TIMEOUT)
+            yield SecureBroker(broker, sasl_port, certificates / "ca.pem")
         finally:
             broker.stop(timeout=30)
     finally:

@@ -3,9 +3,10 @@
     ops/bench/run [--quick] [--only NAME[,NAME]] [--no-write] [--list]
 
 Steps, in order (`--list` shows each one's command): the seed's comparison (after `install-brokers`), the
-broker with each client, kcat consuming at librdkafka's default fetch size and at 10 MiB, kcat producing one
-record per request, replication (RF3 acks=all against RF1 acks=1, and failover), end-to-end latency
-at 1,000, 10,000 and 100,000 records/s, the mirror, and the machine's limit for the same bytes. `--quick`
+broker with each client, TLS and SASL cost (SASL_SSL against PLAINTEXT), kcat consuming at librdkafka's
+default fetch size and at 10 MiB, kcat producing one record per request, replication (RF3 acks=all against
+RF1 acks=1, and failover), end-to-end latency at 1,000, 10,000 and 100,000 records/s, the mirror, and the
+machine's limit for the same bytes. `--quick`
 runs each with small counts, to check the suite works in a few minutes; its figures mean little.
 
 Every step runs under a time limit, in a process group of its own. A step that overruns gets SIGTERM
@@ -68,6 +69,14 @@ STEPS = (
         prepare=("ops/bench/install-brokers",),  # confluent-kafka
     ),
     Step(
+        "tls",
+        "tls_bench.py",
+        ("--records", "200000", "--rounds", "3"),
+        ("--records", "20000", "--rounds", "1"),
+        timeout=1200,
+        prepare=("ops/bench/install-brokers",),  # confluent-kafka
+    ),
+    Step(
         "fetch-size",
         "fetch_size_bench.py",
         ("--records", "2000000", "--rounds", "3"),
@@ -107,6 +116,13 @@ STEPS = (
         "metrics_bench.py",
         ("--records", "200000", "--rounds", "6"),
         ("--records", "20000", "--rounds", "2"),
+        timeout=1200,
+    ),
+    Step(
+        "client-quotas",
+        "quota_bench.py",
+        (),
+        ("--span", "30", "--pairs", "2", "--seconds", "4"),
         timeout=1200,
     ),
     Step(

@@ -31,8 +31,10 @@ from backbone.client import Producer
 from backbone.tracking.serde import RegistryClient
 from backbone_jobs.avro_columns import BatchDecoder, output_schema
 from backbone_jobs.hourly_load import session
+from backbone_jobs.warehouse import Files
 
 log = logging.getLogger("backbone_jobs.rising")
+RANKING_FILE = "rising-ranking.json"  # in the checkpoint folder, beside Spark's own state
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -67,11 +69,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Ranking:
-    """Bucket counts per page (kept for two windows) and the ranking computed from them."""
+    """Bucket counts per page (kept for two windows) and the ranking computed from them.
+
+    Spark's update mode sends only the buckets a micro-batch changed, so the counts of the others live
+    here; they are saved in the checkpoint after every batch and read back on start, so a restarted job
+    ranks against the whole window rather than against the buckets it has seen since."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.counts: dict[int, dict[str, int]] = defaultdict(dict)  # bucket start ms -> page -> views
+
+    def save(self, files: Files) -> None:
+        counts = {str(bucket): pages for bucket, pages in self.counts.items()}
+        files.write_atomically(RANKING_FILE, json.dumps(counts))
+
+    def restore(self, files: Files) -> None:
+        # A crash between write_atomically's delete and rename leaves only the temporary file.
+        for name in (RANKING_FILE, f".{RANKING_FILE}.tmp"):
+            if files.exists(name):
+                for bucket, pages in json.loads(files.read_text(name)).items():
+                    self.counts[int(bucket)] = pages
+                return
 
     def update(self, rows: list[Any]) -> None:
         """Rows of (bucket start, page, views so far): update mode sends a bucket's new total."""
@@ -137,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     buckets = views.groupBy(F.window("time", f"{args.slide // 1000} seconds"), "page_key").count()
     ranking = Ranking(args)
+    checkpoint = Files(spark, args.checkpoint)
+    ranking.restore(checkpoint)
     producer = Producer(bootstrap_servers=args.bootstrap_server, acks="all")
 
     def publish(batch: Any, batch_id: int) -> None:
@@ -144,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             F.unix_millis(F.col("window.start")).alias("bucket"), "page_key", F.col("count").alias("views")
         ).collect()
         ranking.update(rows)
+        ranking.save(checkpoint)  # a replayed batch sends the same totals: saving again is harmless
         top = ranking.top()
         if top is None or not rows:
             return

@@ -65,8 +65,8 @@ class Files:
 
     def write_atomically(self, relative: str, text: str) -> None:
         """Write beside the target, then rename over it: readers see the old or the new text, never part."""
-        temporary = relative.rsplit("/", 1)
-        temporary = f"{temporary[0]}/.{temporary[1]}.tmp"
+        folder, _, name = relative.rpartition("/")
+        temporary = f"{folder}/.{name}.tmp" if folder else f".{name}.tmp"
         self.write_text(temporary, text)
         if self.exists(relative):
             self.fs.delete(self._path(relative), False)

@@ -47,7 +47,22 @@ class BrokerPieces:
         isr: tuple[int, ...] | None = None,
         leader_epoch: int = 0,
     ) -> Partition:
-        """The partition's assignment and state as ZooKeeper's watches would deliver them."""
+        """The partition's assignment and state as ZooKeeper's watches would deliver them; this broker's
+        replica of it."""
+        self.show(topic, partition, replicas, leader=leader, isr=isr, leader_epoch=leader_epoch)
+        return self.replicas.partitions[(topic, partition)]
+
+    def show(
+        self,
+        topic: str,
+        partition: int,
+        replicas: tuple[int, ...],
+        *,
+        leader: int,
+        isr: tuple[int, ...] | None = None,
+        leader_epoch: int = 0,
+    ) -> None:
+        """The same for a partition this broker may not host."""
         assignment = self.cache.topics.get(topic)
         partitions = dict(assignment.partitions) if assignment is not None else {}
         partitions[partition] = replicas
@@ -61,7 +76,6 @@ class BrokerPieces:
             leader=leader, leader_epoch=leader_epoch, isr=isr or replicas, controller_epoch=1
         )
         self.replicas.on_partition_state(topic, partition)
-        return self.replicas.partitions[(topic, partition)]
 
     async def close(self) -> None:
         await self.replicas.stop_replication()

@@ -17,12 +17,17 @@ class _NoRegions(RegionSender):
     """Handler tests read answers in memory; nothing is sent over a socket."""
 
 
-def handler_context(entity: Any, *, listener_name: str = "PLAINTEXT") -> RequestContext:
+def handler_context(
+    entity: Any, *, listener_name: str = "PLAINTEXT", connection: Connection | None = None
+) -> RequestContext:
+    """The request on a new connection, or on `connection` (an earlier context's, for an exchange)."""
     frame = memoryview(codec.encode_request_frame(7, "handler-test", entity))[4:]
     header, body_offset = decode_request_header(frame)
-    endpoint = Endpoint(listener_name, "127.0.0.1", 9092, "PLAINTEXT")
-    listener = Listener(endpoint, ApiTable(), _NoRegions(), max_request_bytes=1 << 20)
-    return RequestContext(header, frame, body_offset, Connection(listener))
+    if connection is None:
+        endpoint = Endpoint(listener_name, "127.0.0.1", 9092, "PLAINTEXT")
+        listener = Listener(endpoint, ApiTable(), _NoRegions(), max_request_bytes=1 << 20)
+        connection = Connection(listener)
+    return RequestContext(header, frame, body_offset, connection)
 
 
 def decoded_answer(entity: Any, answer: Any) -> Any:

@@ -75,4 +75,4 @@ def wait_for() -> WaitFor:
 
 
 from broker_fixtures import broker, broker_factory  # noqa: E402, F401 - fixtures for every integration test
-from security_fixtures import certificates, secure_broker  # noqa: E402, F401 - fixtures for the security tests
+from security_fixtures import certificates, secure_broker, secure_broker_properties  # noqa: E402, F401 - fixtures for the security tests

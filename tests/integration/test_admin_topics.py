@@ -4,6 +4,7 @@ versions)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ from kafka.admin import NewTopic
 from kio.schema.create_topics.v7 import request as create_v7
 from kio.schema.delete_topics.v1 import request as delete_v1
 from kio.schema.delete_topics.v6 import request as delete_v6
+from kio.schema.metadata.v12 import request as metadata_v12
 
 from tests.helpers.names import unique_name
 from tests.helpers.requests import millis
@@ -31,6 +33,7 @@ INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
+LEADER_NOT_AVAILABLE = 5
 TOPIC_DELETION_DISABLED = 73
 UNKNOWN_TOPIC_ID = 100
 
@@ -230,7 +233,9 @@ def test_a_topic_of_36_partitions_times_3_replicas_is_created_and_grown_with_eve
 # -- DeleteTopics ----------------------------------------------------------------------------------------
 
 
-def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(broker, wait_for) -> None:
+def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(
+    broker, cluster_store, wait_for
+) -> None:
     topic = unique_name("doomed")
     with open_admin(broker.bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 1}})
@@ -251,6 +256,8 @@ def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(broker,
         wait_for(
             lambda: partition_dirs(broker, topic) == [], timeout=20, what="deleted partition directories"
         )
+        # The broker says it deleted its data, which frees the name (until then it is marked for deletion).
+        wait_for(lambda: not cluster_store.topics_marked_for_deletion(), timeout=20, what="completion")
         again = admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
         assert outcomes(again)[topic] == (OK, None)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -258,6 +265,38 @@ def test_delete_topic_removes_it_and_its_logs_and_the_name_can_be_reused(broker,
         assert producer.send(topic, b"fresh", partition=0).get(timeout=30).offset == 0
     finally:
         producer.close(10)
+
+
+def test_a_topic_marked_for_deletion_is_neither_auto_created_nor_created(
+    broker, cluster_store, wait_for
+) -> None:
+    """Between a deletion and the moment its replicas' data is gone, Kafka refuses the name (its
+    AdminZkClient: "marked for deletion"); a Metadata request allowed to create it gets LEADER_NOT_AVAILABLE
+    and creates nothing. Otherwise a client still refreshing the topic it just deleted brings it back."""
+    topic = unique_name("dying")
+    with open_admin(broker.bootstrap) as admin:
+        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+        admin.delete_topics([topic])
+        wait_for(lambda: not cluster_store.topics_marked_for_deletion(), timeout=20, what="completion")
+        # Held open as by a broker slow to delete its data: the marker names broker 1 again.
+        marker = f"/admin/delete_topics/{topic}"
+        cluster_store._client.create(marker, json.dumps({"version": 1, "brokers": [1]}).encode())
+        asked = metadata_v12.MetadataRequest(
+            topics=(metadata_v12.MetadataRequestTopic(name=topic, topic_id=None),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        with RawConnection(broker.bootstrap) as connection:
+            (answer,) = connection.request(asked).topics
+        assert (answer.name, answer.error_code, answer.partitions) == (topic, LEADER_NOT_AVAILABLE, ())
+        assert not cluster_store.topic_exists(topic)
+        refused = admin.create_topics(
+            {topic: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False
+        )
+        assert outcomes(refused)[topic] == (TOPIC_ALREADY_EXISTS, f"Topic '{topic}' is marked for deletion.")
+        cluster_store.replica_data_deleted(topic, 1)
+        again = admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+        assert outcomes(again)[topic] == (OK, None)
 
 
 def test_delete_topic_disabled(broker_factory) -> None:

@@ -26,6 +26,20 @@ MEMORY_BOUND = 256 * 1024 * 1024  # growth of the broker's resident memory durin
 # Frames the fuzzer once found mishandled, kept as regression tests (each must be answered or closed on,
 # never fail a handler): OffsetForLeaderEpoch v4 with a null topics array.
 REGRESSIONS = ["0017000400000009000466757a7a00ffffffff0000"]
+# ... and frames it found unanswered for over 10 s, each to be answered: AlterPartitionReassignments naming
+# no partition (with a negative timeout; with garbage after its end), which waited in line behind the
+# controller's other work.
+ANSWERED_REGRESSIONS = [
+    "002d000000000065000466757a7a008100eb200100",
+    "002d00000000006e000466757a7a000000ea600100627407a5c6753724",
+    # Found unanswered within 10 s at a load average near 60, requests that go to ZooKeeper: each must be
+    # answered (DescribeUserScramCredentials of no user, with garbage after it; InitProducerId v4).
+    "0032000000000065000466757a7a0001002ed5cb15acd6ce26e0ccaccc746155459580d1ea7ab0f4997c77eb934c2552a2",
+    "0032000000000065000466757a7a000100ffffffff0f",
+    "0032000000000065000466757a7a000180000000",
+    "0032000000000065000466757a7a00ba58bdfb7037",
+    "0016000400000065000466757a7a000000000000ffffffffffffffffffff00",
+]
 
 
 class PoliteClient(threading.Thread):
@@ -80,6 +94,7 @@ def test_fuzzed_frames_neither_crash_nor_hang_the_broker(secure_broker, certific
     for outcome in (plain, secure):
         assert outcome.frames >= 100, outcome  # the run did reach the broker
         assert outcome.unanswered == 0, outcome  # every frame was answered or the connection closed
+        assert outcome.misanswered == 0, outcome  # and every answer was its request's
         assert outcome.answered > 0 and outcome.closed_by_broker > 0, outcome
     assert process.is_running()
     assert peak - baseline < MEMORY_BOUND, (baseline, peak)
@@ -93,5 +108,10 @@ def test_frames_the_fuzzer_found_are_rejected_cleanly(broker) -> None:
         with RawConnection(broker.bootstrap) as raw:
             raw.send_bytes(struct.pack(">i", len(frame)) + frame)
             assert raw.closed_by_peer()
+    for frame_hex in ANSWERED_REGRESSIONS:
+        frame = bytes.fromhex(frame_hex)
+        with RawConnection(broker.bootstrap) as raw:
+            raw.send_bytes(struct.pack(">i", len(frame)) + frame)
+            assert raw.read_frame()[:4] == frame[4:8]  # the answer, to this request (its correlation id)
     output = broker.output()
     assert "Traceback" not in output and "event=request_rejected" in output

@@ -9,6 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from backbone.client import Admin, NewTopic
+from backbone.protocol.errors import TopicAlreadyExistsError
 from tests.helpers.requests import metadata_request
 from tests.helpers.wire import RawConnection
 
@@ -31,7 +32,15 @@ def test_topic_ids_are_reported_and_new_for_a_recreated_topic(broker, wait_for) 
         assert first != uuid.UUID(int=0)
         admin.delete_topics([TOPIC])
         wait_for(lambda: TOPIC not in admin.list_topics(), timeout=20, what="the topic gone")
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])
+
+        def created() -> bool:
+            try:
+                admin.create_topics([NewTopic(TOPIC, 1, 1)])
+            except TopicAlreadyExistsError:  # marked for deletion until the broker has deleted its data
+                return False
+            return True
+
+        wait_for(created, timeout=20, what="the topic created again")
         wait_for(
             lambda: topic_id(broker.bootstrap) not in (first, uuid.UUID(int=0)), timeout=20, what="new id"
         )

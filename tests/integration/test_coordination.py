@@ -400,15 +400,36 @@ def test_topic_deletion_marks_then_removes_everything(
     assert store.topics_marked_for_deletion() == ["doomed"]
     store.delete_topic("doomed")
     wait_for(lambda: assignment.last is None, what="topic watch to report the deletion")
-    for path in ("/brokers/topics/doomed", "/config/topics/doomed", "/admin/delete_topics/doomed"):
+    for path in ("/brokers/topics/doomed", "/config/topics/doomed"):
         assert raw_zk.exists(path) is None, path
-    assert store.list_topics() == [] and store.topics_marked_for_deletion() == []
+    assert store.list_topics() == []
     with pytest.raises(UnknownTopicOrPartitionError):
         store.delete_topic("doomed")
     with pytest.raises(UnknownTopicOrPartitionError):
         store.mark_topic_for_deletion("doomed")
+    # As in Kafka, the name stays taken until the replica's broker has deleted its data.
+    assert json.loads(raw_zk.get("/admin/delete_topics/doomed")[0]) == {"version": 1, "brokers": [1]}
+    with pytest.raises(TopicAlreadyExistsError, match="'doomed' is marked for deletion"):
+        store.create_topic("doomed", 1, 1)
+    store.replica_data_deleted("doomed", 1)
+    assert store.topics_marked_for_deletion() == []
+    store.replica_data_deleted("doomed", 1)  # said twice: harmless
     store.create_topic("doomed", 1, 1)  # the name is free again, with a fresh (empty) config
     assert store.get_topic_config("doomed") == {}
+
+
+@pytest.mark.integration
+def test_topic_deletion_waits_for_live_replicas_only(store_factory: StoreFactory) -> None:
+    one, two, three = register_brokers(store_factory, {1: None, 2: None, 3: None})
+    one.create_topic("spread", 3, 3)
+    one.delete_topic("spread")
+    one.replica_data_deleted("spread", 1)
+    with pytest.raises(TopicAlreadyExistsError, match="marked for deletion"):
+        one.create_topic("spread", 1, 1)  # brokers 2 and 3 still hold its data
+    two.replica_data_deleted("spread", 2)
+    three.close()  # broker 3 is gone: no live broker holds data of the topic any more
+    one.create_topic("spread", 1, 1)
+    assert one.topics_marked_for_deletion() == []
 
 
 @pytest.mark.integration

@@ -19,6 +19,7 @@ from mirror_support import end_total, read_all
 
 from backbone.dev.topology import process_alive
 from backbone.mirror.provenance import origin
+from backbone.tracking.serde import AvroDecoder, RegistryClient
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -192,3 +193,47 @@ def processes_mentioning(directory: Path) -> list[int]:
         except OSError:
             continue  # gone meanwhile
     return found
+
+
+def test_dev_up_generate_runs_a_generator_per_datacenter_into_the_aggregate(dev_dir: Path) -> None:
+    started = backbone("dev", "up", "--dir", str(dev_dir), "--brokers", "1", "--generate", "40")
+    assert started.returncode == 0, started.stderr
+    topology = json.loads((dev_dir / "topology.json").read_text())
+    generators = topology["generators"]
+    assert [g["name"] for g in generators] == ["generator dc1", "generator dc2"]
+    clusters = topology["clusters"]
+    for generator in generators:
+        assert process_alive(generator["pid"], generator["marker"])
+        start = generator["start"]
+        datacenter = start[start.index("--datacenter") + 1]
+        assert start[start.index("--bootstrap-server") + 1] == clusters[datacenter]["bootstrap"]
+        assert start[start.index("--schema-registry") + 1] == topology["schema_registry"]["url"]
+        assert start[start.index("--audit-bootstrap") + 1] == clusters["aggregate"]["bootstrap"]
+
+    # Page views generated in both datacenters reach the aggregate through the mirrors, decodable through
+    # the registry and stamped with the datacenter that made them.
+    aggregate = clusters["aggregate"]["bootstrap"]
+    decoder = AvroDecoder(RegistryClient(topology["schema_registry"]["url"]))
+
+    def datacenters_seen() -> set[str]:
+        if end_total(aggregate, "page_views") == 0:
+            return set()
+        seen = set()
+        for record in read_all(aggregate, "page_views"):
+            event = decoder.decode(record.value)[1]
+            assert origin(record.headers).cluster == event["header"]["datacenter"]
+            seen.add(event["header"]["datacenter"])
+        return seen
+
+    wait_until(lambda: datacenters_seen() == {"dc1", "dc2"}, 90, 1.0, what="page views of dc1 and dc2")
+    status = backbone("dev", "status", "--dir", str(dev_dir))
+    assert status.returncode == 0 and status.stdout.count("running") == 13
+    assert "generator dc1" in status.stdout and "generator dc2" in status.stdout
+
+    stopped = backbone("dev", "down", "--dir", str(dev_dir))
+    assert stopped.returncode == 0 and "stopped 13 process(es)" in stopped.stdout
+    lines = stopped.stdout.splitlines()
+    assert lines[1].startswith("stopping generator") and lines[2].startswith("stopping generator"), (
+        "the generators right after the console, before the counters that count their records"
+    )
+    assert not any(process_alive(g["pid"], g["marker"]) for g in generators)

@@ -15,7 +15,15 @@ import kafka.errors
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from security_fixtures import PASSWORD, ROOT, add_users, secure_client, secure_properties
+from security_fixtures import (
+    PASSWORD,
+    ROOT,
+    add_users,
+    librdkafka_client,
+    secure_client,
+    secure_properties,
+    tls_raw,
+)
 
 from backbone.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from backbone.coordination import find_free_port
@@ -23,7 +31,6 @@ from backbone.dev.processes import BrokerProcess
 from backbone.protocol import codec
 from backbone.protocol.errors import ErrorCode, SaslAuthenticationFailedError
 from tests.helpers.requests import metadata_request
-from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.integration
 
@@ -94,12 +101,6 @@ def test_wrong_password_and_unknown_user_are_refused(secure_broker, certificates
                     admin.describe_cluster()
             finally:
                 admin.close()
-
-
-def tls_raw(port: int, context: ssl.SSLContext) -> RawConnection:
-    raw = RawConnection(f"127.0.0.1:{port}")
-    raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
-    return raw
 
 
 def test_nothing_is_served_before_authentication(secure_broker, certificates: Path) -> None:
@@ -191,14 +192,7 @@ def test_librdkafka_clients_use_scram_sha_512_over_tls(secure_broker, certificat
     topic = f"librdkafka-{uuid.uuid4().hex[:8]}"
     with Admin(bootstrap_servers=process.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 1, 1)])
-    settings = {
-        "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": "SCRAM-SHA-512",
-        "sasl.username": "alice",
-        "sasl.password": PASSWORD,
-        "ssl.ca.location": str(certificates / "ca.pem"),
-    }
+    settings = librdkafka_client(certificates, sasl_port)
     producer = confluent_kafka.Producer(settings)
     for i in range(10):
         producer.produce(topic, b"ck%d" % i)

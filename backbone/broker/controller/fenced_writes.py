@@ -44,6 +44,11 @@ class FencedWriter:
     def active(self) -> bool:
         return self.epoch is not None
 
+    def require_active(self) -> None:
+        """NotControllerError unless this broker is the controller (a request for the controller came)."""
+        if self.epoch is None:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+
     def fence(self) -> int:
         """The controller epoch's znode version every write is conditional on."""
         if self.epoch is None:

@@ -53,6 +53,10 @@ class Reassignments:
         # must not be finished from a view taken before a cancellation, nor cancelled halfway through.
         self._lock = asyncio.Lock()
 
+    def require_controller(self) -> None:
+        """NotControllerError unless this broker is the controller: other brokers send clients to it."""
+        self.writer.require_active()
+
     async def in_progress(self, partitions: Iterable[TopicPartition] | None) -> dict[TopicPartition, Ongoing]:
         """Reassignments in progress, read from ZooKeeper: one started or ended a moment ago shows at once,
         whether or not this broker's watches have delivered it yet."""
@@ -74,6 +78,8 @@ class Reassignments:
 
         NotControllerError leaves when this broker stopped being the controller: the client asks the new one.
         """
+        if not requests:  # nothing to start or cancel: no turn to wait for behind other work, nothing to read
+            return {}
         async with self._lock:
             outcomes: dict[TopicPartition, Outcome] = {}
             live = self.live_brokers()

@@ -19,7 +19,7 @@ from backbone.broker.controller.fenced_writes import FencedWriter
 from backbone.broker.controller.leader_decisions import PREFERRED, elect_on_demand, imbalanced_partitions
 from backbone.broker.controller.reassignment_work import Reassignments
 from backbone.broker.metadata_cache import MetadataCache
-from backbone.protocol.errors import ErrorCode, KafkaError, NotControllerError
+from backbone.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,7 @@ class Elections:
         self, election_type: int, partitions: list[TopicPartition] | None
     ) -> dict[TopicPartition, Outcome]:
         """ElectLeaders: run the asked election on each partition (all when None); the outcome of each."""
-        if not self.writer.active:
-            raise NotControllerError(f"broker {self.writer.broker_id} is not the controller")
+        self.writer.require_active()
         cache = self.cache
         live = self.live_brokers()
         results: dict[TopicPartition, Outcome] = {}

@@ -8,14 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.static.primitive import i8
 
-from backbone.broker.handlers.common import response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.handlers.admin_common import ZooKeeperCall
+from backbone.broker.handlers.common import register_all, response_module, throttle
+from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import AclBinding
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from backbone.broker.security.authorizer import Authorizer
     from backbone.broker.server import Broker
+    from backbone.coordination import ClusterStore
 
 # Kafka's wire codes (ResourceType, PatternType, AclOperation, AclPermissionType).
 RESOURCE_TYPES = {2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID"}
@@ -92,16 +95,20 @@ def matches(acl: AclBinding, spec: Any) -> bool:
 
 
 def register(broker: Broker) -> None:
+    register_all(broker.api_table, acls_handlers(broker.authorizer, broker.store, broker.zk))
+
+
+def acls_handlers(authorizer: Authorizer, store: ClusterStore, zk: ZooKeeperCall) -> dict[ApiKey, Handler]:
     async def create(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.CREATE_ACLS, context.api_version)
-        refusal = _refusal(broker, context, "ALTER")
+        refusal = _refusal(authorizer, context, "ALTER")
         results = []
         for item in request.creations:
             code, message = refusal
             if code == ErrorCode.none:
                 try:
-                    await broker.zk(broker.store.add_acls, [binding_of(item)])
+                    await zk(store.add_acls, [binding_of(item)])
                 except ValueError as exc:
                     code, message = ErrorCode.invalid_request, str(exc)
                 except KafkaError as exc:
@@ -112,11 +119,11 @@ def register(broker: Broker) -> None:
     async def describe(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_ACLS, context.api_version)
-        code, message = _refusal(broker, context, "DESCRIBE")
+        code, message = _refusal(authorizer, context, "DESCRIBE")
         resources = []
         if code == ErrorCode.none:
             grouped: dict[tuple[str, str, str], list[AclBinding]] = {}
-            for acl in await broker.zk(broker.store.acls):
+            for acl in await zk(store.acls):
                 if matches(acl, request):
                     grouped.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(acl)
             resources = [
@@ -143,13 +150,13 @@ def register(broker: Broker) -> None:
     async def delete(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DELETE_ACLS, context.api_version)
-        code, message = _refusal(broker, context, "ALTER")
+        code, message = _refusal(authorizer, context, "ALTER")
         results = []
-        existing = await broker.zk(broker.store.acls) if code == ErrorCode.none else []
+        existing = await zk(store.acls) if code == ErrorCode.none else []
         for spec in request.filters:
             matched = [acl for acl in existing if matches(acl, spec)]
             if matched:
-                await broker.zk(broker.store.remove_acls, matched)
+                await zk(store.remove_acls, matched)
             results.append(
                 module.DeleteAclsFilterResult(
                     error_code=code,
@@ -172,14 +179,12 @@ def register(broker: Broker) -> None:
             )
         return module.DeleteAclsResponse(throttle_time=throttle(), filter_results=tuple(results))
 
-    broker.api_table.register(ApiKey.CREATE_ACLS, create)
-    broker.api_table.register(ApiKey.DESCRIBE_ACLS, describe)
-    broker.api_table.register(ApiKey.DELETE_ACLS, delete)
+    return {ApiKey.CREATE_ACLS: create, ApiKey.DESCRIBE_ACLS: describe, ApiKey.DELETE_ACLS: delete}
 
 
-def _refusal(broker: Broker, context: RequestContext, operation: str) -> tuple[ErrorCode, str | None]:
-    if not broker.authorizer.enabled:
+def _refusal(authorizer: Authorizer, context: RequestContext, operation: str) -> tuple[ErrorCode, str | None]:
+    if not authorizer.enabled:
         return ErrorCode.security_disabled, "no authorizer is configured (authorizer.class.name)"
-    if not broker.authorizer.check_cluster(context, operation):
+    if not authorizer.check_cluster(context, operation):
         return ErrorCode.cluster_authorization_failed, f"{operation} on the cluster is needed"
     return ErrorCode.none, None

@@ -4,6 +4,9 @@ Admin requests change ZooKeeper; the answer should only go out once this broker'
 the change (as Kafka's controller path effectively guarantees), so a client that creates a topic and
 produces at once finds a leader. `MetadataWaiter` listens to the cache's change events and wakes the
 waiting handlers, bounded by each request's timeout.
+
+The admin handlers are built from `AdminPieces`: the cluster store with the call that runs its blocking
+operations off the event loop, this broker's metadata cache and its configuration.
 """
 
 from __future__ import annotations
@@ -13,15 +16,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from backbone.broker.controller.fenced_writes import ZooKeeperCall
 from backbone.broker.handlers.common import error_code_of, error_message_of
-from backbone.broker.metadata_cache import MetadataListener
-from backbone.coordination import CoordinationError, CoordinationUnavailableError
+from backbone.broker.metadata_cache import MetadataCache, MetadataListener
+from backbone.coordination import ClusterStore, CoordinationError, CoordinationUnavailableError
 
 if TYPE_CHECKING:
+    from backbone.broker.config import BrokerConfig
     from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -42,26 +48,33 @@ def error_of(exc: BaseException, action: str) -> tuple[ErrorCode, str]:
     return error_code_of(exc), error_message_of(exc)
 
 
+@dataclass(frozen=True)
+class AdminPieces:
+    """What the topic and config handlers read and change; `zk(store.method, ...)` runs a store call."""
+
+    broker_id: int
+    config: BrokerConfig
+    cache: MetadataCache
+    store: ClusterStore
+    zk: ZooKeeperCall
+
+
+def admin_pieces(broker: Broker) -> AdminPieces:
+    return AdminPieces(broker.broker_id, broker.config, broker.cache, broker.store, broker.zk)
+
+
 class MetadataWaiter(MetadataListener):
-    """Wakes waiters on every metadata change this broker hears about (on the event loop)."""
+    """Wakes waiters on every metadata change this broker hears about (on the event loop). The broker lists
+    it among its metadata listeners once its MetadataSync starts; until then no change is heard."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self) -> None:
         self._waiters: set[asyncio.Future[None]] = set()
-        self._attached = False
-
-    def _attach(self) -> bool:
-        # The broker creates its MetadataSync during start-up, after handlers are registered.
-        if not self._attached and self.broker.sync is not None:
-            self.broker.sync.listeners.append(self)
-            self._attached = True
-        return self._attached
 
     async def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until `condition()` holds, at most `timeout_s` seconds; return whether it holds."""
         if condition():
             return True
-        if timeout_s <= 0 or not self._attach():
+        if timeout_s <= 0:
             return False
         deadline = time.monotonic() + timeout_s
         loop = asyncio.get_running_loop()

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
+    from backbone.broker.metadata_cache import MetadataCache
     from backbone.broker.server import Broker
 
 # DescribeCluster v1's endpoint types.
@@ -48,6 +49,10 @@ ALL_TOPIC_OPERATIONS = sum(1 << code for code in _TOPIC_OPERATIONS)
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.DESCRIBE_CLUSTER, describe_cluster_handler(broker.cache))
+
+
+def describe_cluster_handler(cache: MetadataCache) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_CLUSTER, context.api_version)
@@ -55,7 +60,6 @@ def register(broker: Broker) -> None:
         operations = (
             ALL_CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else NOT_REQUESTED
         )
-        cache = broker.cache
         if endpoint_type != BROKER_ENDPOINT:
             return build(
                 module.DescribeClusterResponse,
@@ -87,7 +91,7 @@ def register(broker: Broker) -> None:
             cluster_authorized_operations=operations,
         )
 
-    broker.api_table.register(ApiKey.DESCRIBE_CLUSTER, handle)
+    return handle
 
 
 def _endpoint_name(endpoint_type: int) -> str:

@@ -21,15 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from backbone.broker.config import BROKER_PROPERTIES
+from backbone.broker.config import BROKER_PROPERTIES, BrokerConfig
 from backbone.log.config import LogConfig, topic_property_names
 from backbone.properties import ConfigError, Property
 from backbone.protocol.errors import InvalidConfigError
-
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
 
 __all__ = [
     "ConfigEntry",
@@ -238,16 +235,14 @@ def render(value: Any) -> str | None:
 # -- validation ------------------------------------------------------------------------------------------
 
 
-def validate_topic_overrides(overrides: Mapping[str, str], broker: Broker) -> None:
+def validate_topic_overrides(overrides: Mapping[str, str], config: BrokerConfig) -> None:
     """Check a topic's whole override set; InvalidConfigError names the first bad key."""
     known = _known_topic_keys()
     for name in sorted(overrides):
         if name not in known:
             raise InvalidConfigError(f"Unknown topic config name: {name}")
     log_keys = topic_property_names()
-    LogConfig.from_properties(
-        {k: v for k, v in overrides.items() if k in log_keys}, base=broker.log_manager.default_config
-    )
+    LogConfig.from_properties({k: v for k, v in overrides.items() if k in log_keys}, base=config.log)
     for name, value in sorted(overrides.items()):
         prop = BROKER_PROPERTIES[name] if name in _BROKER_OVERRIDES else _STORED_ONLY.get(name, (None,))[0]
         if prop is not None:
@@ -282,32 +277,32 @@ def _valid_throttle_list(value: str) -> bool:
 # -- describing ------------------------------------------------------------------------------------------
 
 
-def _broker_value(broker: Broker, name: str) -> tuple[str | None, ConfigSource]:
+def _broker_value(config: BrokerConfig, name: str) -> tuple[str | None, ConfigSource]:
     """A broker setting's value and whether the broker's file set it."""
     prop = BROKER_PROPERTIES[name]
-    value = broker.config[name]
+    value = config[name]
     changed = value != prop.default
     return render(value), ConfigSource.STATIC_BROKER_CONFIG if changed else ConfigSource.DEFAULT_CONFIG
 
 
-def _topic_default(broker: Broker, name: str) -> tuple[str, str | None, ConfigSource]:
+def _topic_default(config: BrokerConfig, name: str) -> tuple[str, str | None, ConfigSource]:
     """(broker synonym, value, source) a topic without an override of `name` inherits."""
     if name in _LOG_KEYS or name in topic_property_names():
         broker_name = _LOG_KEYS[name][1] if name in _LOG_KEYS else name
-        value = broker.log_manager.default_config.to_properties()[name]
+        value = config.log.to_properties()[name]
         built_in = LogConfig().to_properties()[name]
         source = ConfigSource.STATIC_BROKER_CONFIG if value != built_in else ConfigSource.DEFAULT_CONFIG
         return broker_name, value, source
     if name in _BROKER_OVERRIDES:
-        setting, source = _broker_value(broker, name)
+        setting, source = _broker_value(config, name)
         return name, setting, source
     prop, broker_name = _STORED_ONLY[name]
     return broker_name, render(prop.default), ConfigSource.DEFAULT_CONFIG
 
 
-def inherited_value(broker: Broker, name: str) -> str | None:
+def inherited_value(config: BrokerConfig, name: str) -> str | None:
     """The value of topic key `name` for a topic without an override of it."""
-    return _topic_default(broker, name)[1]
+    return _topic_default(config, name)[1]
 
 
 def _topic_doc(name: str) -> str:
@@ -321,11 +316,11 @@ def _topic_doc(name: str) -> str:
     return ""
 
 
-def describe_topic(broker: Broker, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+def describe_topic(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
     """Every topic key with the topic's value, source and synonyms."""
     entries = []
     for name in sorted(_known_topic_keys()):
-        broker_name, default, default_source = _topic_default(broker, name)
+        broker_name, default, default_source = _topic_default(config, name)
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
         if name in overrides:
             synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
@@ -339,15 +334,15 @@ def describe_topic(broker: Broker, overrides: Mapping[str, str]) -> list[ConfigE
     return entries
 
 
-def describe_broker(broker: Broker) -> list[ConfigEntry]:
+def describe_broker(config: BrokerConfig) -> list[ConfigEntry]:
     """This broker's settings as started; none can be changed while it runs (all read-only)."""
     entries = []
     for name, prop in BROKER_PROPERTIES.items():
-        value, source = _broker_value(broker, name)
+        value, source = _broker_value(config, name)
         entry_type = _type_of(prop)
         entries.append(ConfigEntry(name, value, source, True, entry_type, prop.doc, ((name, value, source),)))
     for topic_name in sorted(topic_property_names()):
-        broker_name, value, source = _topic_default(broker, topic_name)
+        broker_name, value, source = _topic_default(config, topic_name)
         entry_type = topic_key_type(topic_name)
         doc = _topic_doc(topic_name)
         entries.append(

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.handlers.admin_common import error_of
-from backbone.broker.handlers.common import build, response_module, throttle
+from backbone.broker.handlers.admin_common import AdminPieces, admin_pieces, error_of
+from backbone.broker.handlers.common import build, register_all, response_module, throttle
 from backbone.broker.handlers.config_catalog import (
     ConfigEntry,
     ConfigSource,
@@ -32,7 +32,7 @@ from backbone.broker.handlers.config_catalog import (
     topic_key_type,
     validate_topic_overrides,
 )
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import paths
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
@@ -55,18 +55,24 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def register(broker: Broker) -> None:
+    register_all(broker.api_table, configs_handlers(admin_pieces(broker)))
+
+
+def configs_handlers(admin: AdminPieces) -> dict[ApiKey, Handler]:
     async def describe(context: RequestContext) -> Any:
-        return await _describe_configs(broker, context)
+        return await _describe_configs(admin, context)
 
     async def alter(context: RequestContext) -> Any:
-        return await _alter_configs(broker, context, incremental=False)
+        return await _alter_configs(admin, context, incremental=False)
 
     async def incremental_alter(context: RequestContext) -> Any:
-        return await _alter_configs(broker, context, incremental=True)
+        return await _alter_configs(admin, context, incremental=True)
 
-    broker.api_table.register(ApiKey.DESCRIBE_CONFIGS, describe)
-    broker.api_table.register(ApiKey.ALTER_CONFIGS, alter)
-    broker.api_table.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter)
+    return {
+        ApiKey.DESCRIBE_CONFIGS: describe,
+        ApiKey.ALTER_CONFIGS: alter,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter,
+    }
 
 
 def _unsupported(resource_type: int) -> InvalidRequestError:
@@ -75,7 +81,7 @@ def _unsupported(resource_type: int) -> InvalidRequestError:
     )
 
 
-def _check_broker_name(broker: Broker, name: str) -> None:
+def _check_broker_name(admin: AdminPieces, name: str) -> None:
     """A broker resource names this broker, or is empty (the cluster-wide defaults)."""
     if name == "":
         return
@@ -83,22 +89,22 @@ def _check_broker_name(broker: Broker, name: str) -> None:
         broker_id = int(name)
     except ValueError:
         raise InvalidRequestError(f"Broker id must be an integer, but it is: {name}") from None
-    if broker_id != broker.broker_id:
+    if broker_id != admin.broker_id:
         raise InvalidRequestError(
-            f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {name}"
+            f"Unexpected broker id, expected {admin.broker_id} or empty string, but received {name}"
         )
 
 
-async def _require_topic(broker: Broker, name: str) -> None:
+async def _require_topic(admin: AdminPieces, name: str) -> None:
     paths.validate_topic_name(name)
-    if name not in broker.cache.topics and not await broker.zk(broker.store.topic_exists, name):
+    if name not in admin.cache.topics and not await admin.zk(admin.store.topic_exists, name):
         raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
 
 
 # -- DescribeConfigs -------------------------------------------------------------------------------------
 
 
-async def _describe_configs(broker: Broker, context: RequestContext) -> Any:
+async def _describe_configs(admin: AdminPieces, context: RequestContext) -> Any:
     request = context.decode()
     module = response_module(ApiKey.DESCRIBE_CONFIGS, context.api_version)
     synonyms = bool(getattr(request, "include_synonyms", False))
@@ -106,7 +112,7 @@ async def _describe_configs(broker: Broker, context: RequestContext) -> Any:
     results = []
     for resource in request.resources:
         try:
-            entries = await _describe_resource(broker, resource.resource_type, resource.resource_name)
+            entries = await _describe_resource(admin, resource.resource_type, resource.resource_name)
             code, message = ErrorCode.none, None
         except Exception as exc:
             entries = []
@@ -127,16 +133,16 @@ async def _describe_configs(broker: Broker, context: RequestContext) -> Any:
     return build(module.DescribeConfigsResponse, throttle_time=throttle(), results=tuple(results))
 
 
-async def _describe_resource(broker: Broker, resource_type: int, name: str) -> list[ConfigEntry]:
+async def _describe_resource(admin: AdminPieces, resource_type: int, name: str) -> list[ConfigEntry]:
     if resource_type == TOPIC:
         paths.validate_topic_name(name)
-        overrides = await broker.zk(broker.store.get_topic_config, name)
-        return describe_topic(broker, overrides)
+        overrides = await admin.zk(admin.store.get_topic_config, name)
+        return describe_topic(admin.config, overrides)
     if resource_type == BROKER:
-        _check_broker_name(broker, name)
+        _check_broker_name(admin, name)
         if name:
-            return describe_broker(broker)
-        defaults = await broker.zk(broker.store.get_broker_config, None)
+            return describe_broker(admin.config)
+        defaults = await admin.zk(admin.store.get_broker_config, None)
         source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         return [
             ConfigEntry(key, value, source, False, broker_key_type(key), "", ((key, value, source),))
@@ -161,7 +167,7 @@ def _entry(module: Any, entry: ConfigEntry, synonyms: bool, documentation: bool)
 # -- AlterConfigs and IncrementalAlterConfigs -----------------------------------------------------------
 
 
-async def _alter_configs(broker: Broker, context: RequestContext, *, incremental: bool) -> Any:
+async def _alter_configs(admin: AdminPieces, context: RequestContext, *, incremental: bool) -> Any:
     request = context.decode()
     api_key = ApiKey.INCREMENTAL_ALTER_CONFIGS if incremental else ApiKey.ALTER_CONFIGS
     module = response_module(api_key, context.api_version)
@@ -172,7 +178,7 @@ async def _alter_configs(broker: Broker, context: RequestContext, *, incremental
         try:
             if counts[key] > 1:
                 raise InvalidRequestError(f"Duplicate resource in request: {resource.resource_name}")
-            await _alter_resource(broker, resource, incremental, request.validate_only)
+            await _alter_resource(admin, resource, incremental, request.validate_only)
             code, message = ErrorCode.none, None
         except Exception as exc:
             code, message = error_of(exc, "alter_configs")
@@ -189,10 +195,10 @@ async def _alter_configs(broker: Broker, context: RequestContext, *, incremental
     return build(response, throttle_time=throttle(), responses=tuple(answers))
 
 
-async def _alter_resource(broker: Broker, resource: Any, incremental: bool, validate_only: bool) -> None:
+async def _alter_resource(admin: AdminPieces, resource: Any, incremental: bool, validate_only: bool) -> None:
     name = resource.resource_name
     if resource.resource_type == BROKER:
-        _check_broker_name(broker, name)
+        _check_broker_name(admin, name)
         keys = ", ".join(sorted(c.name for c in resource.configs)) or "(none)"
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {keys}. This broker has no dynamic broker configs: "
@@ -200,21 +206,21 @@ async def _alter_resource(broker: Broker, resource: Any, incremental: bool, vali
         )
     if resource.resource_type != TOPIC:
         raise _unsupported(resource.resource_type)
-    await _require_topic(broker, name)
+    await _require_topic(admin, name)
     if incremental:
-        current = await broker.zk(broker.store.get_topic_config, name)
-        overrides = _apply_operations(broker, current, resource.configs)
+        current = await admin.zk(admin.store.get_topic_config, name)
+        overrides = _apply_operations(admin, current, resource.configs)
     else:
         # AlterConfigs replaces the whole override set; a null value means "no override".
         overrides = {c.name: c.value for c in resource.configs if c.value is not None}
-    validate_topic_overrides(overrides, broker)
+    validate_topic_overrides(overrides, admin.config)
     if validate_only:
         return
-    await broker.zk(broker.store.set_topic_config, name, overrides)
+    await admin.zk(admin.store.set_topic_config, name, overrides)
     log.info("event=topic_config_altered topic=%s overrides=%s", name, ",".join(sorted(overrides)) or "-")
 
 
-def _apply_operations(broker: Broker, current: dict[str, str], operations: Any) -> dict[str, str]:
+def _apply_operations(admin: AdminPieces, current: dict[str, str], operations: Any) -> dict[str, str]:
     """The override set after IncrementalAlterConfigs' operations, in Kafka's semantics."""
     names = [op.name for op in operations]
     repeated = sorted(n for n, count in Counter(names).items() if count > 1)
@@ -236,7 +242,7 @@ def _apply_operations(broker: Broker, current: dict[str, str], operations: Any) 
         if topic_key_type(key) != ConfigType.LIST:
             verb = "append" if kind == APPEND else "subtract"
             raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {key}")
-        existing = result.get(key, inherited_value(broker, key) or "")
+        existing = result.get(key, inherited_value(admin.config, key) or "")
         old = [item.strip() for item in existing.split(",") if item.strip()]
         given = [item.strip() for item in value.split(",") if item.strip()]
         if kind == APPEND:

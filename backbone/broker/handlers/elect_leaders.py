@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backbone.broker.handlers.common import build, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.handlers.common import build, by_topic, response_module, throttle
+from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, NotControllerError
 
 if TYPE_CHECKING:
+    from backbone.broker.controller.requested_elections import Elections
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
+    broker.api_table.register(ApiKey.ELECT_LEADERS, elect_leaders_handler(broker.controller.elections))
+
+
+def elect_leaders_handler(elections: Elections) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.ELECT_LEADERS, context.api_version)
@@ -25,23 +30,27 @@ def register(broker: Broker) -> None:
         )
         top_error = ErrorCode.none
         try:
-            results = await broker.controller.elections.elect(election_type, asked)
+            results = await elections.elect(election_type, asked)
         except NotControllerError as exc:
             top_error = exc.code
             results = {key: (exc.code, str(exc)) for key in asked or []}
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), (error, message) in sorted(results.items()):
-            by_topic.setdefault(topic, []).append(
-                build(module.PartitionResult, partition_id=partition, error_code=error, error_message=message)
+        rows = by_topic(
+            (
+                topic,
+                build(
+                    module.PartitionResult, partition_id=partition, error_code=error, error_message=message
+                ),
             )
+            for (topic, partition), (error, message) in sorted(results.items())
+        )
         return build(
             module.ElectLeadersResponse,
             throttle_time=throttle(),
             error_code=top_error,  # v1+
             replica_election_results=tuple(
-                build(module.ReplicaElectionResult, topic=topic, partition_result=tuple(rows))
-                for topic, rows in by_topic.items()
+                build(module.ReplicaElectionResult, topic=topic, partition_result=tuple(partitions))
+                for topic, partitions in rows.items()
             ),
         )
 
-    broker.api_table.register(ApiKey.ELECT_LEADERS, handle)
+    return handle

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable, Set
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from backbone.broker.handlers.admin_common import ZooKeeperCall
 from backbone.broker.handlers.cluster import ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, NOT_REQUESTED
 from backbone.broker.handlers.common import build, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.coordination import paths
 from backbone.coordination.znodes import kafka_uuid_bytes
@@ -25,12 +28,42 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import InvalidTopicError, KafkaError, TopicAlreadyExistsError
 
 if TYPE_CHECKING:
+    from backbone.broker.config import BrokerConfig
+    from backbone.broker.metadata_cache import MetadataCache
+    from backbone.broker.security.authorizer import Authorizer
     from backbone.broker.server import Broker
+    from backbone.coordination import ClusterStore
 
 log = logging.getLogger(__name__)
 
 
 def register(broker: Broker) -> None:
+    creation = TopicAutoCreation(
+        broker.config, broker.cache, broker.store, broker.zk, broker.group_coordination.ensure_offsets_topic
+    )
+    handler = metadata_handler(
+        broker.cache,
+        broker.config,
+        broker.authorizer,
+        unreachable=lambda: broker.liveness.unreachable,
+        generation=lambda: broker.metadata_generation,
+        auto_create=creation.create,
+    )
+    broker.api_table.register(ApiKey.METADATA, handler)
+
+
+def metadata_handler(
+    cache: MetadataCache,
+    config: BrokerConfig,
+    authorizer: Authorizer,
+    *,
+    unreachable: Callable[[], Set[int]],
+    generation: Callable[[], int],
+    auto_create: Callable[[list[str]], Awaitable[set[str]]],
+) -> Handler:
+    """`unreachable` is the liveness probes' verdict (offline replicas); `generation` changes whenever an
+    answer may (cached answers are dropped then); `auto_create` creates missing topics and returns those
+    that exist now but the cache has not seen yet."""
     # (version, listener, topic names asked for or None, authorized operations asked for) -> the body.
     answers: dict[tuple[int, str, tuple[str, ...] | None, tuple[int, int]], bytes] = {}
     seen_generation = -1
@@ -43,80 +76,84 @@ def register(broker: Broker) -> None:
             names: tuple[str, ...] | None = None
         else:
             if any(t.name is None for t in request.topics):
-                return [codec.encode(_unknown_topic_ids(broker, version, request))]
+                return [codec.encode(_unknown_topic_ids(cache, version, request))]
             names = tuple(sorted({t.name for t in request.topics}))
         allow_create = (
-            getattr(request, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+            getattr(request, "allow_auto_topic_creation", True) and config["auto.create.topics.enable"]
         )
-        authorizer = broker.authorizer
         denied: tuple[str, ...] = ()
         if authorizer.enabled:  # topics the principal may not describe are hidden, or refused by name
-            described = sorted(broker.cache.topics) if names is None else names
+            described = sorted(cache.topics) if names is None else names
             refused = tuple(n for n in described if not authorizer.check(context, "DESCRIBE", "TOPIC", n))
             denied = () if names is None else refused
             names = tuple(n for n in described if n not in refused)
         pending: set[str] = set()
         if names and allow_create:
-            missing = [n for n in names if n not in broker.cache.topics]
+            missing = [n for n in names if n not in cache.topics]
             if authorizer.enabled:
                 may_create = authorizer.check_cluster(context, "CREATE")
                 missing = [
                     n for n in missing if may_create or authorizer.check(context, "CREATE", "TOPIC", n)
                 ]
             if missing:
-                pending = await _auto_create(broker, missing)
-        if authorizer.enabled:
-            return [
-                codec.encode(
-                    _response(
-                        broker, version, context.connection.listener.name, names, pending, denied=denied
-                    )
-                )
-            ]
-        if seen_generation != broker.metadata_generation:
-            answers.clear()
-            seen_generation = broker.metadata_generation
+                pending = await auto_create(missing)
         listener = context.connection.listener.name
+        offline = unreachable()
+        if authorizer.enabled:
+            return [codec.encode(_response(cache, offline, version, listener, names, pending, denied=denied))]
+        if seen_generation != generation():
+            answers.clear()
+            seen_generation = generation()
         operations = _authorized_operations(request)
         key = (version, listener, names, operations)
         body = answers.get(key)
         if body is None:
-            body = codec.encode(_response(broker, version, listener, names, pending, operations))
+            body = codec.encode(_response(cache, offline, version, listener, names, pending, operations))
             if not pending and len(answers) < 1024:
                 answers[key] = body
         return [body]
 
-    broker.api_table.register(ApiKey.METADATA, handle)
+    return handle
 
 
-async def _auto_create(broker: Broker, topics: list[str]) -> set[str]:
-    """Create missing topics; return those that exist now but this broker has not seen yet."""
-    created: set[str] = set()
-    partitions = broker.config["num.partitions"]
-    live = len(broker.cache.brokers)
-    factor = min(broker.config["default.replication.factor"], max(live, 1))
-    for topic in topics:
-        try:
-            if topic == OFFSETS_TOPIC:
-                # An internal topic has its own partition count, replication and compaction (as Kafka).
-                await broker.group_coordination.ensure_offsets_topic()
+@dataclass(frozen=True)
+class TopicAutoCreation:
+    """Creates topics a Metadata request names and the cluster lacks, with the broker's defaults; the
+    offsets topic through the group coordination (its own partition count, replication and compaction)."""
+
+    config: BrokerConfig
+    cache: MetadataCache
+    store: ClusterStore
+    zk: ZooKeeperCall
+    ensure_offsets_topic: Callable[[], Awaitable[None]]
+
+    async def create(self, topics: list[str]) -> set[str]:
+        """Create missing topics; return those that exist now but this broker has not seen yet."""
+        created: set[str] = set()
+        partitions = self.config["num.partitions"]
+        live = len(self.cache.brokers)
+        factor = min(self.config["default.replication.factor"], max(live, 1))
+        for topic in topics:
+            try:
+                if topic == OFFSETS_TOPIC:
+                    await self.ensure_offsets_topic()
+                    created.add(topic)
+                    continue
+                await self.zk(self.store.create_topic, topic, partitions, factor)
                 created.add(topic)
-                continue
-            await broker.zk(broker.store.create_topic, topic, partitions, factor)
-            created.add(topic)
-            log.info(
-                "event=topic_auto_created topic=%s partitions=%d replication_factor=%d",
-                topic,
-                partitions,
-                factor,
-            )
-        except TopicAlreadyExistsError:
-            created.add(topic)
-        except InvalidTopicError:
-            pass  # answered INVALID_TOPIC_EXCEPTION
-        except KafkaError as exc:
-            log.warning("event=topic_auto_create_failed topic=%s error=%r", topic, str(exc))
-    return created
+                log.info(
+                    "event=topic_auto_created topic=%s partitions=%d replication_factor=%d",
+                    topic,
+                    partitions,
+                    factor,
+                )
+            except TopicAlreadyExistsError:
+                created.add(topic)
+            except InvalidTopicError:
+                pass  # answered INVALID_TOPIC_EXCEPTION
+            except KafkaError as exc:
+                log.warning("event=topic_auto_create_failed topic=%s error=%r", topic, str(exc))
+        return created
 
 
 def _authorized_operations(request: Any) -> tuple[int, int]:
@@ -131,7 +168,8 @@ def _authorized_operations(request: Any) -> tuple[int, int]:
 
 
 def _response(
-    broker: Broker,
+    cache: MetadataCache,
+    offline: Set[int],
     version: int,
     listener: str,
     names: tuple[str, ...] | None,
@@ -140,14 +178,13 @@ def _response(
     denied: tuple[str, ...] = (),
 ) -> Any:
     module = response_module(ApiKey.METADATA, version)
-    cache = broker.cache
     brokers = [
         build(module.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=rack)
         for broker_id, host, port, rack in cache.reachable_brokers(listener)
     ]
     topics = []
     for name in sorted(cache.topics) if names is None else names:
-        topics.append(_topic(broker, module, name, name in pending, operations[1]))
+        topics.append(_topic(cache, offline, module, name, name in pending, operations[1]))
     for name in denied:
         refused = ErrorCode.topic_authorization_failed
         topics.append(
@@ -164,8 +201,14 @@ def _response(
     )
 
 
-def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: int = NOT_REQUESTED) -> Any:
-    cache = broker.cache
+def _topic(
+    cache: MetadataCache,
+    offline_brokers: Set[int],
+    module: Any,
+    name: str,
+    pending: bool,
+    operations: int = NOT_REQUESTED,
+) -> Any:
     assignment = cache.topics.get(name)
     if assignment is None:
         try:
@@ -181,7 +224,7 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: in
         replicas = tuple(assignment.partitions[index])
         state = cache.states.get((name, index))
         # Offline: not registered, or still registered but found dead by the liveness probes.
-        offline = tuple(r for r in replicas if r not in cache.brokers or r in broker.liveness.unreachable)
+        offline = tuple(r for r in replicas if r not in cache.brokers or r in offline_brokers)
         isr: tuple[int, ...]
         if state is None or state.leader < 0 or state.leader not in cache.brokers:
             error, leader, epoch, isr = ErrorCode.leader_not_available, -1, -1, ()
@@ -214,7 +257,7 @@ def _topic(broker: Broker, module: Any, name: str, pending: bool, operations: in
     )
 
 
-def _unknown_topic_ids(broker: Broker, version: int, request: Any) -> Any:
+def _unknown_topic_ids(cache: MetadataCache, version: int, request: Any) -> Any:
     """Topics asked for by ID only: this broker keeps no topic IDs in its answers yet."""
     module = response_module(ApiKey.METADATA, version)
     topics = tuple(
@@ -231,7 +274,7 @@ def _unknown_topic_ids(broker: Broker, version: int, request: Any) -> Any:
         module.MetadataResponse,
         throttle_time=throttle(),
         brokers=(),
-        cluster_id=broker.cache.cluster_id,
-        controller_id=broker.cache.controller_id,
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
         topics=topics,
     )

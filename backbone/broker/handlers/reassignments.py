@@ -10,17 +10,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.admin_common import error_of
-from backbone.broker.handlers.common import build, response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.handlers.common import build, by_topic, register_all, response_module, throttle
+from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import CoordinationError
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, NotControllerError
 
 if TYPE_CHECKING:
+    from backbone.broker.controller.reassignment_work import Reassignments
     from backbone.broker.server import Broker
 
 
 def register(broker: Broker) -> None:
+    register_all(broker.api_table, reassignments_handlers(broker.controller.reassignments))
+
+
+def reassignments_handlers(reassignments: Reassignments) -> dict[ApiKey, Handler]:
     async def alter(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, context.api_version)
@@ -31,30 +36,31 @@ def register(broker: Broker) -> None:
         }
         top: tuple[ErrorCode, str | None] = (ErrorCode.none, None)
         try:
-            if not broker.controller.active:
-                raise NotControllerError(f"broker {broker.broker_id} is not the controller")
-            outcomes = await broker.controller.reassignments.alter(asked)
+            reassignments.require_controller()
+            outcomes = await reassignments.alter(asked)
         except (NotControllerError, CoordinationError) as exc:
             top = error_of(exc, "alter_partition_reassignments")
             outcomes = dict.fromkeys(asked, top)
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), (error, message) in sorted(outcomes.items()):
-            by_topic.setdefault(topic, []).append(
+        rows = by_topic(
+            (
+                topic,
                 build(
                     module.ReassignablePartitionResponse,
                     partition_index=partition,
                     error_code=error,
                     error_message=message,
-                )
+                ),
             )
+            for (topic, partition), (error, message) in sorted(outcomes.items())
+        )
         return build(
             module.AlterPartitionReassignmentsResponse,
             throttle_time=throttle(),
             error_code=top[0],
             error_message=top[1],
             responses=tuple(
-                build(module.ReassignableTopicResponse, name=name, partitions=tuple(rows))
-                for name, rows in by_topic.items()
+                build(module.ReassignableTopicResponse, name=name, partitions=tuple(partitions))
+                for name, partitions in rows.items()
             ),
         )
 
@@ -67,9 +73,8 @@ def register(broker: Broker) -> None:
             else [(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
         )
         try:
-            if not broker.controller.active:
-                raise NotControllerError(f"broker {broker.broker_id} is not the controller")
-            found = await broker.controller.reassignments.in_progress(asked)
+            reassignments.require_controller()
+            found = await reassignments.in_progress(asked)
         except (NotControllerError, CoordinationError) as exc:
             error, message = error_of(exc, "list_partition_reassignments")
             return build(
@@ -79,27 +84,28 @@ def register(broker: Broker) -> None:
                 error_message=message,
                 topics=(),
             )
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, partition), state in sorted(found.items()):
-            by_topic.setdefault(topic, []).append(
+        rows = by_topic(
+            (
+                topic,
                 build(
                     module.OngoingPartitionReassignment,
                     partition_index=partition,
                     replicas=state.replicas,
                     adding_replicas=state.adding,
                     removing_replicas=state.removing,
-                )
+                ),
             )
+            for (topic, partition), state in sorted(found.items())
+        )
         return build(
             module.ListPartitionReassignmentsResponse,
             throttle_time=throttle(),
             error_code=ErrorCode.none,
             error_message=None,
             topics=tuple(
-                build(module.OngoingTopicReassignment, name=name, partitions=tuple(rows))
-                for name, rows in by_topic.items()
+                build(module.OngoingTopicReassignment, name=name, partitions=tuple(partitions))
+                for name, partitions in rows.items()
             ),
         )
 
-    broker.api_table.register(ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter)
-    broker.api_table.register(ApiKey.LIST_PARTITION_REASSIGNMENTS, listing)
+    return {ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter, ApiKey.LIST_PARTITION_REASSIGNMENTS: listing}

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.static.primitive import i64Timedelta
 
-from backbone.broker.handlers.common import build, response_module
-from backbone.broker.network import Connection, RequestContext
+from backbone.broker.handlers.common import build, register_all, response_module
+from backbone.broker.network import Connection, Handler, RequestContext
 from backbone.broker.security.sasl import AuthenticationFailed, SaslAuthenticator
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
@@ -28,6 +28,12 @@ def _close_after_answer(connection: Connection) -> None:
 
 
 def register(broker: Broker) -> None:
+    register_all(broker.api_table, sasl_handlers())
+
+
+def sasl_handlers() -> dict[ApiKey, Handler]:
+    """Both read only the connection's authenticator, which the listener gave it."""
+
     async def handshake(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.SASL_HANDSHAKE, context.api_version)
@@ -68,5 +74,4 @@ def register(broker: Broker) -> None:
             values["session_lifetime"] = i64Timedelta.parse(lifetime)
         return build(module.SaslAuthenticateResponse, **values)
 
-    broker.api_table.register(ApiKey.SASL_HANDSHAKE, handshake)
-    broker.api_table.register(ApiKey.SASL_AUTHENTICATE, authenticate)
+    return {ApiKey.SASL_HANDSHAKE: handshake, ApiKey.SASL_AUTHENTICATE: authenticate}

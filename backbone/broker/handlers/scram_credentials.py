@@ -8,15 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 from kio.static.primitive import i8, i32
 
-from backbone.broker.handlers.common import response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.handlers.admin_common import ZooKeeperCall
+from backbone.broker.handlers.common import register_all, response_module, throttle
+from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import ScramCredential
 from backbone.coordination.credentials import DEFAULT_ITERATIONS, MAX_ITERATIONS
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from backbone.broker.security.authorizer import Authorizer
     from backbone.broker.server import Broker
+    from backbone.coordination import ClusterStore
 
 # Kafka's ScramMechanism type codes on the wire.
 MECHANISM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -24,10 +27,16 @@ _CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
 
 
 def register(broker: Broker) -> None:
+    register_all(broker.api_table, scram_credentials_handlers(broker.authorizer, broker.store, broker.zk))
+
+
+def scram_credentials_handlers(
+    authorizer: Authorizer, store: ClusterStore, zk: ZooKeeperCall
+) -> dict[ApiKey, Handler]:
     async def describe(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, context.api_version)
-        if not broker.authorizer.check_cluster(context, "DESCRIBE"):
+        if not authorizer.check_cluster(context, "DESCRIBE"):
             return module.DescribeUserScramCredentialsResponse(
                 throttle_time=throttle(),
                 error_code=ErrorCode.cluster_authorization_failed,
@@ -35,7 +44,7 @@ def register(broker: Broker) -> None:
                 results=(),
             )
         if request.users is None or not request.users:
-            names = list(await broker.zk(broker.store.scram_users))
+            names = list(await zk(store.scram_users))
             explicit = False
         else:
             names = [u.name for u in request.users]
@@ -47,7 +56,7 @@ def register(broker: Broker) -> None:
             if counts[name] > 1:
                 error, message = ErrorCode.duplicate_resource, f"user {name} was named more than once"
             else:
-                found = await broker.zk(broker.store.scram_credentials, name)
+                found = await zk(store.scram_credentials, name)
                 if not found and explicit:
                     error, message = (
                         ErrorCode.resource_not_found,
@@ -73,7 +82,7 @@ def register(broker: Broker) -> None:
             (change.name, int(change.mechanism)) for change in (*request.deletions, *request.upsertions)
         )
         outcome: dict[str, tuple[ErrorCode, str | None]] = {}
-        allowed = broker.authorizer.check_cluster(context, "ALTER")
+        allowed = authorizer.check_cluster(context, "ALTER")
         for change in (*request.deletions, *request.upsertions):
             if change.name in outcome:
                 continue
@@ -83,7 +92,7 @@ def register(broker: Broker) -> None:
                     "ALTER on the cluster is needed",
                 )
                 continue
-            outcome[change.name] = await _apply(broker, change, named, upsert=change in request.upsertions)
+            outcome[change.name] = await _apply(store, zk, change, named, upsert=change in request.upsertions)
         return module.AlterUserScramCredentialsResponse(
             throttle_time=throttle(),
             results=tuple(
@@ -92,12 +101,14 @@ def register(broker: Broker) -> None:
             ),
         )
 
-    broker.api_table.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, describe)
-    broker.api_table.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, alter)
+    return {
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter,
+    }
 
 
 async def _apply(
-    broker: Broker, change: Any, named: Counter, *, upsert: bool
+    store: ClusterStore, zk: ZooKeeperCall, change: Any, named: Counter, *, upsert: bool
 ) -> tuple[ErrorCode, str | None]:
     mechanism = MECHANISM_CODES.get(int(change.mechanism))
     if not change.name:
@@ -107,7 +118,7 @@ async def _apply(
     if named[(change.name, int(change.mechanism))] > 1:
         return ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request"
     if not upsert:
-        removed = await broker.zk(broker.store.delete_scram_credential, change.name, mechanism)
+        removed = await zk(store.delete_scram_credential, change.name, mechanism)
         if not removed:
             return (
                 ErrorCode.resource_not_found,
@@ -125,5 +136,5 @@ async def _apply(
     credential = ScramCredential.from_salted_password(
         mechanism, bytes(change.salted_password), bytes(change.salt), int(change.iterations)
     )
-    await broker.zk(broker.store.set_scram_credential, change.name, mechanism, credential)
+    await zk(store.set_scram_credential, change.name, mechanism, credential)
     return ErrorCode.none, None

@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.handlers.admin_common import MetadataWaiter, error_of
-from backbone.broker.handlers.common import build, millis, response_module, throttle
+from backbone.broker.handlers.admin_common import AdminPieces, MetadataWaiter, admin_pieces, error_of
+from backbone.broker.handlers.common import build, millis, register_all, response_module, throttle
 from backbone.broker.handlers.config_catalog import describe_topic, validate_topic_overrides
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import TopicAssignment, paths
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
@@ -42,31 +42,51 @@ USE_DEFAULT = -1
 
 
 def register(broker: Broker) -> None:
-    waiter = MetadataWaiter(broker)
+    register_all(broker.api_table, topics_handlers(admin_pieces(broker), broker.metadata_waiter))
 
+
+def topics_handlers(admin: AdminPieces, waiter: MetadataWaiter) -> dict[ApiKey, Handler]:
     async def create_topics(context: RequestContext) -> Any:
-        return await _create_topics(broker, waiter, context)
+        return await _create_topics(admin, waiter, context)
 
     async def delete_topics(context: RequestContext) -> Any:
-        return await _delete_topics(broker, waiter, context)
+        return await _delete_topics(admin, waiter, context)
 
     async def create_partitions(context: RequestContext) -> Any:
-        return await _create_partitions(broker, waiter, context)
+        return await _create_partitions(admin, waiter, context)
 
-    broker.api_table.register(ApiKey.CREATE_TOPICS, create_topics)
-    broker.api_table.register(ApiKey.DELETE_TOPICS, delete_topics)
-    broker.api_table.register(ApiKey.CREATE_PARTITIONS, create_partitions)
-
-
-def _duplicates(names: list[str]) -> set[str]:
-    return {name for name, count in Counter(names).items() if count > 1}
+    return {
+        ApiKey.CREATE_TOPICS: create_topics,
+        ApiKey.DELETE_TOPICS: delete_topics,
+        ApiKey.CREATE_PARTITIONS: create_partitions,
+    }
 
 
-def _leaders_check(broker: Broker, topic: str, partitions: int) -> Callable[[], bool]:
+def _once_each(
+    topics: Sequence[Any], refuse: Callable[[str, set[str]], Any]
+) -> tuple[dict[str, Any], list[Any]]:
+    """(answers by name in the request's order, the topics to serve): a name the request gives more than
+    once is answered `refuse(name, all such names)` and not served; the others' answers are None until
+    they are."""
+    duplicates = {name for name, count in Counter(t.name for t in topics).items() if count > 1}
+    answers: dict[str, Any] = {}
+    to_serve = []
+    for topic in topics:
+        if topic.name in answers:
+            continue
+        if topic.name in duplicates:
+            answers[topic.name] = refuse(topic.name, duplicates)
+            continue
+        answers[topic.name] = None
+        to_serve.append(topic)
+    return answers, to_serve
+
+
+def _leaders_check(admin: AdminPieces, topic: str, partitions: int) -> Callable[[], bool]:
     """Whether this broker's cache shows `partitions` partitions of `topic`, each with a live leader."""
 
     def check() -> bool:
-        cache = broker.cache
+        cache = admin.cache
         assignment = cache.topics.get(topic)
         if assignment is None or len(assignment.partitions) < partitions:
             return False
@@ -75,8 +95,8 @@ def _leaders_check(broker: Broker, topic: str, partitions: int) -> Callable[[], 
     return check
 
 
-def _gone_check(broker: Broker, topic: str) -> Callable[[], bool]:
-    return lambda: topic not in broker.cache.topics
+def _gone_check(admin: AdminPieces, topic: str) -> Callable[[], bool]:
+    return lambda: topic not in admin.cache.topics
 
 
 async def _answer_when_visible(
@@ -101,26 +121,21 @@ async def _answer_when_visible(
 # -- CreateTopics ----------------------------------------------------------------------------------------
 
 
-async def _create_topics(broker: Broker, waiter: MetadataWaiter, context: RequestContext) -> Any:
+async def _create_topics(admin: AdminPieces, waiter: MetadataWaiter, context: RequestContext) -> Any:
     request = context.decode()
     version = context.api_version
     module = response_module(ApiKey.CREATE_TOPICS, version)
-    duplicates = _duplicates([t.name for t in request.topics])
-    results: dict[str, Any] = {}
+    results, to_create = _once_each(
+        request.topics,
+        lambda name, duplicates: _create_error(
+            module,
+            name,
+            ErrorCode.invalid_request,
+            "Create topics request from client contains multiple entries for the following topics: "
+            + ", ".join(sorted(duplicates)),
+        ),
+    )
     created: dict[str, TopicAssignment] = {}
-    to_create = []
-    for topic in request.topics:
-        if topic.name in results:
-            continue
-        if topic.name in duplicates:
-            message = (
-                "Create topics request from client contains multiple entries for the following topics: "
-                + ", ".join(sorted(duplicates))
-            )
-            results[topic.name] = _create_error(module, topic.name, ErrorCode.invalid_request, message)
-            continue
-        results[topic.name] = None  # answered in the request's order
-        to_create.append(topic)
     # Concurrently: each topic is its own ZooKeeper transaction, and one topic's round trips need not wait
     # for another's. Names colliding with an earlier one of the request ('.' and '_' are one in metric
     # names) go after it, so that they are refused as colliding, as Kafka's one-by-one creation does.
@@ -131,11 +146,11 @@ async def _create_topics(broker: Broker, waiter: MetadataWaiter, context: Reques
         (colliding if topic.name.replace(".", "_") in flattened else first).append(topic)
         flattened.add(topic.name.replace(".", "_"))
     outcomes = await asyncio.gather(
-        *(_create_one(broker, topic, request.validate_only) for topic in first), return_exceptions=True
+        *(_create_one(admin, topic, request.validate_only) for topic in first), return_exceptions=True
     )
     for topic in colliding:
         try:
-            outcomes.append(await _create_one(broker, topic, request.validate_only))
+            outcomes.append(await _create_one(admin, topic, request.validate_only))
         except Exception as exc:
             outcomes.append(exc)
     for topic, outcome in zip(first + colliding, outcomes, strict=True):
@@ -148,8 +163,8 @@ async def _create_topics(broker: Broker, waiter: MetadataWaiter, context: Reques
         assignment, overrides = outcome
         if not request.validate_only:
             created[topic.name] = assignment
-        results[topic.name] = _create_result(broker, module, assignment, overrides)
-    pending = {name: _leaders_check(broker, name, a.partition_count) for name, a in created.items()}
+        results[topic.name] = _create_result(admin, module, assignment, overrides)
+    pending = {name: _leaders_check(admin, name, a.partition_count) for name, a in created.items()}
     await _answer_when_visible(
         waiter,
         millis(request.timeout) / 1000,
@@ -166,7 +181,7 @@ async def _create_topics(broker: Broker, waiter: MetadataWaiter, context: Reques
 
 
 async def _create_one(
-    broker: Broker, topic: Any, validate_only: bool
+    admin: AdminPieces, topic: Any, validate_only: bool
 ) -> tuple[TopicAssignment, dict[str, str]]:
     """Check and create (or only check) one topic.
 
@@ -175,7 +190,7 @@ async def _create_one(
     """
     name = topic.name
     paths.validate_topic_name(name)
-    if name in broker.cache.topics:
+    if name in admin.cache.topics:
         raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
     nulls = sorted(c.name for c in topic.configs if c.value is None)
     if nulls:
@@ -187,7 +202,7 @@ async def _create_one(
             "Both numPartitions or replicationFactor and replicasAssignments were set. "
             "Both cannot be used at the same time."
         )
-    validate_topic_overrides(overrides, broker)
+    validate_topic_overrides(overrides, admin.config)
     if explicit:
         indexes = [a.partition_index for a in explicit]
         if len(set(indexes)) != len(indexes):
@@ -199,15 +214,15 @@ async def _create_one(
     else:
         replicas = None
         partitions = (
-            broker.config["num.partitions"] if topic.num_partitions == USE_DEFAULT else topic.num_partitions
+            admin.config["num.partitions"] if topic.num_partitions == USE_DEFAULT else topic.num_partitions
         )
         factor = (
-            broker.config["default.replication.factor"]
+            admin.config["default.replication.factor"]
             if topic.replication_factor == USE_DEFAULT
             else topic.replication_factor
         )
-    assignment = await broker.zk(
-        broker.store.create_topic,
+    assignment = await admin.zk(
+        admin.store.create_topic,
         name,
         partitions,
         factor,
@@ -227,14 +242,16 @@ async def _create_one(
 
 
 def _create_result(
-    broker: Broker, module: Any, assignment: TopicAssignment, overrides: dict[str, str]
+    admin: AdminPieces, module: Any, assignment: TopicAssignment, overrides: dict[str, str]
 ) -> Any:
     # Only v5+ answer with the topic's configs (KIP-525); older versions have no type for them.
     config_type = getattr(module, "CreatableTopicConfigs", None)
     configs = (
         None
         if config_type is None
-        else tuple(build(config_type, **entry.wire_fields()) for entry in describe_topic(broker, overrides))
+        else tuple(
+            build(config_type, **entry.wire_fields()) for entry in describe_topic(admin.config, overrides)
+        )
     )
     return build(
         module.CreatableTopicResult,
@@ -266,7 +283,7 @@ def _create_error(module: Any, name: str, code: ErrorCode, message: str) -> Any:
 # -- DeleteTopics ----------------------------------------------------------------------------------------
 
 
-async def _delete_topics(broker: Broker, waiter: MetadataWaiter, context: RequestContext) -> Any:
+async def _delete_topics(admin: AdminPieces, waiter: MetadataWaiter, context: RequestContext) -> Any:
     request = context.decode()
     version = context.api_version
     module = response_module(ApiKey.DELETE_TOPICS, version)
@@ -295,10 +312,10 @@ async def _delete_topics(broker: Broker, waiter: MetadataWaiter, context: Reques
             message = "You may not specify both topic name and topic id."
             results[name] = _delete_result(module, name, ErrorCode.invalid_request, message)
             continue
-        results[name] = await _delete_one(broker, module, version, name)
+        results[name] = await _delete_one(admin, module, version, name)
         if results[name].error_code == ErrorCode.none:
             deleted.append(name)
-    pending = {name: _gone_check(broker, name) for name in deleted}
+    pending = {name: _gone_check(admin, name) for name in deleted}
     await _answer_when_visible(
         waiter,
         millis(request.timeout) / 1000,
@@ -313,13 +330,13 @@ async def _delete_topics(broker: Broker, waiter: MetadataWaiter, context: Reques
     )
 
 
-async def _delete_one(broker: Broker, module: Any, version: int, name: str) -> Any:
-    if not broker.config["delete.topic.enable"]:
+async def _delete_one(admin: AdminPieces, module: Any, version: int, name: str) -> Any:
+    if not admin.config["delete.topic.enable"]:
         # Kafka answers versions before 3 INVALID_REQUEST: they have no TOPIC_DELETION_DISABLED.
         code = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
         return _delete_result(module, name, code, "Topic deletion is disabled.")
     try:
-        await broker.zk(broker.store.delete_topic, name)
+        await admin.zk(admin.store.delete_topic, name)
     except InvalidTopicError:
         # Kafka looks the name up in its metadata cache, where an illegal name is simply unknown.
         return _delete_result(
@@ -341,25 +358,18 @@ def _delete_result(module: Any, name: str | None, code: ErrorCode, message: str 
 # -- CreatePartitions ------------------------------------------------------------------------------------
 
 
-async def _create_partitions(broker: Broker, waiter: MetadataWaiter, context: RequestContext) -> Any:
+async def _create_partitions(admin: AdminPieces, waiter: MetadataWaiter, context: RequestContext) -> Any:
     request = context.decode()
     module = response_module(ApiKey.CREATE_PARTITIONS, context.api_version)
-    duplicates = _duplicates([t.name for t in request.topics])
-    results: dict[str, Any] = {}
+    results, to_grow = _once_each(
+        request.topics,
+        lambda name, _: _partitions_result(
+            module, name, ErrorCode.invalid_request, "Duplicate topic in request."
+        ),
+    )
     grown: dict[str, int] = {}
-    to_grow = []
-    for topic in request.topics:
-        if topic.name in results:
-            continue
-        if topic.name in duplicates:
-            results[topic.name] = _partitions_result(
-                module, topic.name, ErrorCode.invalid_request, "Duplicate topic in request."
-            )
-            continue
-        results[topic.name] = None  # answered in the request's order
-        to_grow.append(topic)
     outcomes = await asyncio.gather(
-        *(_grow(broker, topic, request.validate_only) for topic in to_grow), return_exceptions=True
+        *(_grow(admin, topic, request.validate_only) for topic in to_grow), return_exceptions=True
     )
     for topic, outcome in zip(to_grow, outcomes, strict=True):
         if isinstance(outcome, BaseException):
@@ -371,7 +381,7 @@ async def _create_partitions(broker: Broker, waiter: MetadataWaiter, context: Re
         if not request.validate_only:
             grown[topic.name] = topic.count
         results[topic.name] = _partitions_result(module, topic.name, ErrorCode.none, None)
-    pending = {name: _leaders_check(broker, name, count) for name, count in grown.items()}
+    pending = {name: _leaders_check(admin, name, count) for name, count in grown.items()}
     await _answer_when_visible(
         waiter,
         millis(request.timeout) / 1000,
@@ -387,10 +397,10 @@ async def _create_partitions(broker: Broker, waiter: MetadataWaiter, context: Re
     return build(module.CreatePartitionsResponse, throttle_time=throttle(), results=tuple(results.values()))
 
 
-async def _grow(broker: Broker, topic: Any, validate_only: bool) -> None:
-    if topic.name not in broker.cache.topics and not await broker.zk(broker.store.topic_exists, topic.name):
+async def _grow(admin: AdminPieces, topic: Any, validate_only: bool) -> None:
+    if topic.name not in admin.cache.topics and not await admin.zk(admin.store.topic_exists, topic.name):
         raise UnknownTopicOrPartitionError(f"The topic '{topic.name}' does not exist.")
-    before = broker.cache.partition_count(topic.name)
+    before = admin.cache.partition_count(topic.name)
     assignment = None
     if topic.assignments is not None:
         assignment = [[int(b) for b in a.broker_ids] for a in topic.assignments]
@@ -401,8 +411,8 @@ async def _grow(broker: Broker, topic: Any, validate_only: bool) -> None:
                 f"Increasing the number of partitions by {increment} "
                 f"but {len(assignment)} assignments provided."
             )
-    await broker.zk(
-        broker.store.add_partitions,
+    await admin.zk(
+        admin.store.add_partitions,
         topic.name,
         topic.count,
         assignment=assignment,

@@ -101,14 +101,12 @@ class SaslAuthenticator:
         pass
 
     def admit(self, connection: Connection, header: RequestHeader) -> bool:
-        if header.api_key in _BEFORE_AUTHENTICATION:
-            return True
-        if not self.authenticated:
-            return False
+        # An expired session is closed at its next request whatever it is, as Kafka does: re-authentication
+        # must begin before the session ends.
         if self.expires_at is not None and time.monotonic() > self.expires_at:
             log.info("event=session_expired peer=%s principal=%s", connection.peer, connection.principal.name)
             return False
-        return True
+        return self.authenticated or header.api_key in _BEFORE_AUTHENTICATION
 
     def handshake(self, version: int, mechanism: str) -> ErrorCode:
         if self._exchange is not None:
@@ -143,8 +141,16 @@ class SaslAuthenticator:
         self._exchange = None
         self.expects_raw_token = False
         assert exchange.user is not None
-        if self.authenticated and exchange.user != connection.principal.name:
-            raise AuthenticationFailed("re-authentication must keep the same principal")
+        if self.authenticated:
+            if exchange.user != connection.principal.name:
+                raise AuthenticationFailed("re-authentication must keep the same principal")
+            log.info(
+                "event=reauthenticated listener=%s peer=%s principal=%s mechanism=%s",
+                connection.listener.name,
+                connection.peer,
+                exchange.user,
+                self.mechanism,
+            )
         self.authenticated = True
         connection.principal = Principal(exchange.user, {"mechanism": exchange.mechanism})
         if self.settings.reauth_ms:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow.dataset as ds
+from spark_support import TEST_JAVA_OPTIONS
 
 from backbone.client import Consumer, TopicPartition
 
@@ -98,15 +99,27 @@ def wait_mirrored(bootstrap: str, expected: Counter) -> None:
 
 
 def load(
-    data: dict, warehouse: Path, *options: str, topics: tuple[str, ...] = TOPICS, **env: str
+    data: dict,
+    warehouse: Path,
+    *options: str,
+    topics: tuple[str, ...] = TOPICS,
+    submit: bool = False,
+    **env: str,
 ) -> subprocess.Popen:
-    """The hourly load as its own process group (so a test can stop or kill all of it, JVM included)."""
+    """The hourly load as its own process group (so a test can stop or kill all of it, JVM included):
+    `python -m backbone_jobs.hourly_load`, or with `submit` the job's file given to `spark-submit`."""
+    if submit:
+        import pyspark
+
+        from backbone_jobs import hourly_load
+
+        spark_submit = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+        start = [spark_submit, "--master", "local[2]", "--driver-java-options", TEST_JAVA_OPTIONS]
+        start.append(hourly_load.__file__)
+    else:
+        start = [sys.executable, "-m", "backbone_jobs.hourly_load", "--master", "local[2]"]
     args = [
-        sys.executable,
-        "-m",
-        "backbone_jobs.hourly_load",
-        "--master",
-        "local[2]",
+        *start,
         "--bootstrap-server",
         data["clusters"]["aggregate"]["bootstrap"],
         "--schema-registry",

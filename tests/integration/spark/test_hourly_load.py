@@ -87,8 +87,8 @@ def test_hourly_load_exactly_once_crash_safe_and_audited(backbone, tmp_path):
         assert marker["loaded"] == marker["expected"] == marker["tiers"]["producer"] > 0, key
     assert sum(m["loaded"] for m in first.values()) == len(expected)
 
-    # Run again over the same offsets: nothing is written twice.
-    output = finished(load(backbone, warehouse), warehouse)
+    # Run again over the same offsets, this time given to spark-submit: nothing is written twice.
+    output = finished(load(backbone, warehouse, submit=True), warehouse)
     assert "no new records; nothing committed" in output
     assert loaded(warehouse) == expected
 
