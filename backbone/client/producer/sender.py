@@ -83,6 +83,8 @@ class Sender:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = -1
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = defaultdict(list)
+        self._in_flight_expiry = float("inf")
+        """No in-flight batch expires before this (monotonic seconds; settled ones may make it early)."""
         self._node_requests: dict[int, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[int] = set()
@@ -219,6 +221,7 @@ class Sender:
                 if state is not None:
                     state.assign(batch)
                 self._in_flight[batch.tp].append(batch)
+                self._in_flight_expiry = min(self._in_flight_expiry, batch.deadline)
         if blocked:
             next_due = min(next_due, _POLL_WHEN_BLOCKED)
         return requests, next_due if next_due > 0 or not blocked else _POLL_WHEN_BLOCKED
@@ -274,6 +277,8 @@ class Sender:
         that took the request and hangs must not hold the records past it (each retry's request timeout
         would otherwise start the wait again). Their requests stay open; a late answer finds them done and
         is ignored. Returns the seconds until the next in-flight batch expires."""
+        if now < self._in_flight_expiry:  # the common case, checked at every answer: no scan
+            return self._in_flight_expiry - now
         soonest = float("inf")
         expired = []
         for batches in self._in_flight.values():
@@ -284,6 +289,7 @@ class Sender:
                     soonest = min(soonest, batch.deadline - now)
         for batch in expired:
             self._expire(batch, now)
+        self._in_flight_expiry = now + soonest
         return soonest
 
     def _node_can_send(self, node_id: int) -> bool:
