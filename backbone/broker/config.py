@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backbone.broker.connection_limits import CONNECTION_PROPERTIES
+from backbone.broker.quotas import QUOTA_PROPERTIES
 from backbone.broker.security.config import SECURITY_PROPERTIES, check_sasl_mechanisms, jaas_credentials
 from backbone.log.config import LogConfig, broker_property_names
 from backbone.properties import ConfigError, Property, parse_list, resolve
@@ -134,6 +135,7 @@ BROKER_PROPERTIES: dict[str, Property] = {
     )
 } | SECURITY_PROPERTIES
 BROKER_PROPERTIES.update(CONNECTION_PROPERTIES)
+BROKER_PROPERTIES.update(QUOTA_PROPERTIES)
 
 
 @dataclass(frozen=True)

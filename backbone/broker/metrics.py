@@ -234,6 +234,21 @@ class _StateCollector:
         for state, count in sorted(by_state.items()):
             groups.add_metric([state], count)
         yield groups
+        yield from _quota_families(broker)
+
+
+def _quota_families(broker: Broker) -> Iterator[Any]:
+    quotas = broker.quotas
+    throttled = _counter("quota_throttled", "Answers throttled by a client quota, per quota", "quota")
+    seconds = _counter("quota_throttle_seconds", "Throttle time given by client quotas, per quota", "quota")
+    for quota, count in quotas.throttled.items():
+        throttled.add_metric([quota], count)
+        seconds.add_metric([quota], quotas.throttle_ms_total[quota] / 1000)
+    yield throttled
+    yield seconds
+    yield _gauge(
+        "quota_rates", "Client quota rates being measured (one per user and client id)", quotas.rate_count()
+    )
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:

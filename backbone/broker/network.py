@@ -5,7 +5,9 @@ BufferedProtocol): the protocol room's FrameDecoder hands the transport the buff
 request's own body, so the socket's bytes land in place) and splits out frames, enforcing
 `socket.request.max.bytes` from the size prefix before a body is buffered; frames are queued and handled one
 at a time by the connection's own task, so responses go out in request order however many requests a client
-pipelines. Reading pauses while too many requests wait, which bounds a connection's memory.
+pipelines. Reading pauses while too many requests wait, which bounds a connection's memory. Answers to
+pipelined requests are written together: one system call for the requests read in one turn of the event loop
+(librdkafka keeps many Produce requests in flight; one `send` per answer was the largest cost of each).
 
 Security hooks in here (the pieces are in `backbone.broker.security`): a listener's `tls` context wraps its
 transport (SSL, SASL_SSL), and a connection's `authenticator` learns of the connection once it is made
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import dataclasses
 import logging
 import ssl
 import time
@@ -26,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.config import Endpoint
+from backbone.broker.handlers.common import throttle
+from backbone.broker.quotas import charge_request_time, quotas_of
 from backbone.protocol import codec
 from backbone.protocol.api import ApiKey, ApiTable
 from backbone.protocol.entities import error_answer
@@ -37,6 +43,7 @@ from backbone.wire.chunks import Chunk, frame_chunks
 
 if TYPE_CHECKING:
     from backbone.broker.connection_limits import ConnectionLimits
+    from backbone.broker.quotas import QuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +51,12 @@ log = logging.getLogger(__name__)
 # (one request larger than the byte bound is still taken: it waits alone).
 MAX_QUEUED_REQUESTS = 64
 MAX_QUEUED_BYTES = 32 * 1024 * 1024
+# Answered before a principal is known: their time is not charged to request_percentage.
+QUOTA_EXEMPT_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # How much of a refused request its log line shows (hex): the header and the start of the body.
 HEX_DUMP_BYTES = 64
+# Answers to pipelined requests are held back and written together, up to this many bytes at a time.
+COALESCE_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -58,6 +69,10 @@ class RequestContext:
     connection: Connection
     remote_wait_s: float = 0.0
     """Time the handler spent waiting for other brokers or for data (acks=all, a long-polled fetch)."""
+    started: float = 0.0
+    """When the handler began (time.monotonic())."""
+    throttle_ms: int | None = None
+    """Set by a handler that charged the request to its quotas itself (Produce, Fetch); 0: not throttled."""
 
     @property
     def api_version(self) -> int:
@@ -121,8 +136,11 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = Principal()
         self.authenticator = listener.authenticator_factory()
         self.closed = False
+        self._gone = asyncio.Event()  # set once closed: ends a throttle's wait
         self._writable = asyncio.Event()
         self._writable.set()
+        self._unsent: list[bytes | bytearray | memoryview] = []  # answers held back (see write_chunks)
+        self._unsent_bytes = 0
         self._reading_paused = False
         self._task: asyncio.Task[None] | None = None
         self.ip = "?"
@@ -183,6 +201,7 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = True
         self.listener.connections.discard(self)
         self.ready.set()
+        self._gone.set()
         self._writable.set()
 
     async def drained(self) -> None:
@@ -245,8 +264,8 @@ class Connection(asyncio.BufferedProtocol):
         except KafkaError:
             await self._refuse(header, frame, "unsupported API key", ErrorCode.unsupported_version)
             return
-        context = RequestContext(header, frame, body_offset, self)
         started = time.monotonic()
+        context = RequestContext(header, frame, body_offset, self, started=started)
         try:
             result = await handler(context)
         except KafkaError as exc:
@@ -262,6 +281,9 @@ class Connection(asyncio.BufferedProtocol):
             )
             await self._refuse(header, frame, f"unexpected error: {exc!r}", ErrorCode.unknown_server_error)
             return
+        throttle_ms = context.throttle_ms
+        if throttle_ms is None:
+            throttle_ms, result = self._charge_request_time(context, result)
         ready = time.monotonic()
         if result is not None:
             if isinstance(result, list):
@@ -273,6 +295,34 @@ class Connection(asyncio.BufferedProtocol):
             metrics.request_done(
                 header.api_key, header.api_version, arrived, started, ready, context.remote_wait_s
             )
+        if throttle_ms > 0:
+            await self._mute(throttle_ms / 1000)
+
+    def _charge_request_time(
+        self, context: RequestContext, result: HandlerResult
+    ) -> tuple[int, HandlerResult]:
+        """The request-time quota's throttle for a request whose handler did not charge it, and the answer
+        carrying it."""
+        quotas = quotas_of(context)
+        if quotas is None or context.header.api_key in QUOTA_EXEMPT_APIS:
+            return 0, result
+        throttle_ms = charge_request_time(quotas, context)
+        if throttle_ms > 0 and dataclasses.is_dataclass(result) and hasattr(result, "throttle_time"):
+            result = dataclasses.replace(result, throttle_time=throttle(throttle_ms))  # type: ignore[type-var]
+        return throttle_ms, result
+
+    async def _mute(self, seconds: float) -> None:
+        """Read nothing more from this client until its throttle time is over (its answer is already sent):
+        requests it already pipelined wait too, as this connection serves one request at a time."""
+        assert self.transport is not None
+        if not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        with contextlib.suppress(TimeoutError):  # a closed connection waits no longer
+            await asyncio.wait_for(self._gone.wait(), seconds)
+        if self._reading_paused and not self._queue_full() and not self.closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
 
     async def _refuse(
         self, header: RequestHeader | None, frame: memoryview, reason: str, code: ErrorCode | None = None
@@ -319,24 +369,45 @@ class Connection(asyncio.BufferedProtocol):
         await self.write_chunks(frame_chunks(header.correlation_id, header_version, body))
 
     async def write_chunks(self, chunks: Sequence[Chunk]) -> None:
+        """Write one answer. While more requests wait behind it (a client pipelining, as librdkafka does),
+        byte chunks are held back and written with the next answers in one system call, at the latest on the
+        event loop's next turn; the answer to the last waiting request goes out at once."""
         transport = self.transport
         if transport is None or self.closed:
             return
         for chunk in chunks:
             if isinstance(chunk, (bytes, bytearray, memoryview)):
-                transport.write(chunk)
+                if not self._unsent and self.queue:
+                    asyncio.get_running_loop().call_soon(self.flush)
+                self._unsent.append(chunk)
+                self._unsent_bytes += len(chunk)
             else:
+                self.flush()
                 await self.listener.region_sender.send(self, chunk)
             if self.closed:
                 return
+        if not self.queue or self._unsent_bytes >= COALESCE_BYTES:
+            self.flush()
         self.last_active = time.monotonic()
         await self.drained()
 
+    def flush(self) -> None:
+        """Write the answers held back, in one system call."""
+        if not self._unsent:
+            return
+        unsent = self._unsent
+        self._unsent = []
+        self._unsent_bytes = 0
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(unsent[0] if len(unsent) == 1 else b"".join(unsent))
+
     def close(self) -> None:
         if self.transport is not None and not self.closed:
+            self.flush()
             self.closed = True
             self.transport.close()
         self.ready.set()
+        self._gone.set()
 
 
 class Listener:
@@ -361,6 +432,7 @@ class Listener:
         self.metrics: Any = None  # the broker's BrokerMetrics when metrics.port is set
         self.tls: ssl.SSLContext | None = None  # SSL and SASL_SSL listeners get theirs from the broker
         self.limits: ConnectionLimits | None = None  # the broker's, shared by its listeners
+        self.quotas: QuotaManager | None = None  # the broker's client quotas, shared by its listeners
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls

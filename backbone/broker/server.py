@@ -25,6 +25,7 @@ from backbone.broker.handlers import register_all
 from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener
+from backbone.broker.quotas import QuotaManager
 from backbone.broker.region_sender import FileRegionSender
 from backbone.broker.replica_fetcher import FetcherSettings
 from backbone.broker.replica_manager import ReplicaManager
@@ -43,6 +44,7 @@ from backbone.coordination import (
     SessionEvent,
     Watch,
 )
+from backbone.coordination.quotas import parse_entity_node
 from backbone.log import LogManager
 from backbone.log.cleaner import LogCleaner
 from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
@@ -119,6 +121,7 @@ class Broker(MetadataListener):
         self.authorizer = Authorizer.from_config(config.values)
         self._acl_watches: list[Watch] = []
         self.connection_limits = ConnectionLimits(config.values)
+        self.quotas = QuotaManager(config.values)
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None
@@ -162,6 +165,7 @@ class Broker(MetadataListener):
             )
             secure_listener(listener, self.config, self._scram_credentials)
             listener.limits = self.connection_limits
+            listener.quotas = self.quotas
             await listener.start()
             listener.metrics = self.metrics
             self.listeners.append(listener)
@@ -175,6 +179,8 @@ class Broker(MetadataListener):
         self.replicas.apply_written_state = self.sync.apply_written_state
         await asyncio.to_thread(self.sync.start)
         self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
+        # Read after the watch is set, so no quota change falls between the two.
+        self.quotas.book.replace(await self.zk(self.store.client_quotas))
         await self._register()
         await self._clear_predecessor_state()
         self._shutdown_watch = await self.zk(
@@ -423,8 +429,21 @@ class Broker(MetadataListener):
 
     def _config_changed_threadsafe(self, change: ConfigChange) -> None:
         loop = self.sync.loop if self.sync is not None else None
-        if loop is not None and not loop.is_closed() and change.entity_type == "topics":
+        if loop is None or loop.is_closed():
+            return
+        if change.entity_type == "topics":
             loop.call_soon_threadsafe(lambda: loop.create_task(self._load_topic_config(change.entity_name)))
+            return
+        entity = parse_entity_node(f"{change.entity_type}/{change.entity_name}")
+        if entity is not None:
+            # Read here, on the watch's thread; the book changes on the loop.
+            try:
+                values = self.store.client_quota(entity)
+            except CoordinationError as exc:
+                log.warning("event=client_quota_unreadable entity=%s error=%r", entity, str(exc))
+                return
+            loop.call_soon_threadsafe(self.quotas.book.update, entity, values)
+            log.info("event=client_quota_changed entity=%s values=%s", entity, values)
 
     # -- housekeeping ---------------------------------------------------------------------------------
 

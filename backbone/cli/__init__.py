@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "console",
     "users",
     "acls",
+    "quotas",
 )
 
 

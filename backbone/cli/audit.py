@@ -26,6 +26,7 @@ from backbone.cli import UsageError
 from backbone.cli.connect import (
     CommandFailed,
     admin_session,
+    client_config,
     connection_options,
     dev_topology,
     int_at_least,
@@ -48,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     count.add_argument("--tier", required=True, help="this cluster's tier name, e.g. dc1 or aggregate")
     count.add_argument(
         "--publish-to", metavar="HOST:PORT,..", help="the cluster holding the audit topic (default: this one)"
+    )
+    count.add_argument(
+        "--publish-command-config",
+        metavar="FILE",
+        help="client properties for the --publish-to cluster (default: those of --command-config)",
     )
     count.add_argument("--audit-topic", default=_DEFAULT_TOPIC, help=f"default {_DEFAULT_TOPIC}")
     count.add_argument(
@@ -107,6 +113,7 @@ def _default_baseline() -> str:
 
 
 def _count(args: argparse.Namespace) -> int:
+    from backbone.client.config import security_settings
     from backbone.mirror.audit import AuditorSettings, ClusterAuditor
 
     try:
@@ -116,8 +123,15 @@ def _count(args: argparse.Namespace) -> int:
     # Fail at once, naming the cause, when the counted cluster or the one publishing to does not answer.
     with admin_session(args):
         pass
-    if args.publish_to and args.publish_to != args.bootstrap_server:
-        with admin_session(argparse.Namespace(**{**vars(args), "bootstrap_server": args.publish_to})):
+    publish_args = argparse.Namespace(
+        **{
+            **vars(args),
+            "bootstrap_server": args.publish_to or args.bootstrap_server,
+            "command_config": args.publish_command_config or args.command_config,
+        }
+    )
+    if vars(publish_args) != vars(args):
+        with admin_session(publish_args):
             pass
     settings = AuditorSettings(
         bootstrap_servers=args.bootstrap_server,
@@ -136,7 +150,9 @@ def _count(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(number, stop.set)
-        await ClusterAuditor(settings).run(stop)
+        await ClusterAuditor(
+            settings, security_settings(client_config(args)), security_settings(client_config(publish_args))
+        ).run(stop)
 
     asyncio.run(main())
     return 0
@@ -145,6 +161,7 @@ def _count(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from backbone.client.audit import read_audit_counts
     from backbone.client.audit.report import render_text, summarize, to_json
+    from backbone.client.config import security_settings
 
     since = parse_since(args.since) if args.since else None
     baseline = [
@@ -155,7 +172,9 @@ def _report(args: argparse.Namespace) -> int:
     with admin_session(args):
         pass
     try:
-        messages, malformed = read_audit_counts(args.bootstrap_server, args.audit_topic)
+        messages, malformed = read_audit_counts(
+            args.bootstrap_server, args.audit_topic, client_config=security_settings(client_config(args))
+        )
     except LookupError:
         raise CommandFailed(
             f"the cluster at {args.bootstrap_server} has no audit topic {args.audit_topic!r} yet: run "

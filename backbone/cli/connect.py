@@ -67,6 +67,16 @@ def dev_topology() -> dict[str, Any] | None:
         return None
 
 
+def dev_command_config(bootstrap: str) -> str | None:
+    """The client settings `backbone dev up --secure` wrote for a cluster of its topology, if `bootstrap` is
+    one: commands run from the checkout reach the secure local topology without --command-config."""
+    for cluster in (dev_topology() or {}).get("clusters", {}).values():
+        security = cluster.get("security")
+        if security and cluster.get("bootstrap") == bootstrap:
+            return security.get("command_config")
+    return None
+
+
 def default_bootstrap(cluster: str = "dc1") -> str:
     """$BACKBONE_BOOTSTRAP, else `cluster` of the local dev topology, else 127.0.0.1:9092."""
     found = os.environ.get(BOOTSTRAP_ENV)
@@ -92,26 +102,36 @@ def connection_options(cluster: str = "dc1") -> argparse.ArgumentParser:
         metavar="MS",
         help=f"how long to wait for the cluster to answer (default {DEFAULT_REQUEST_TIMEOUT_MS})",
     )
+    add_command_config(parser)
+    return parser
+
+
+def add_command_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--command-config",
         metavar="FILE",
         help="client properties (security.protocol, sasl.*, ssl.*, ...) as Kafka's tools take them",
     )
-    return parser
 
 
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every client of this command gets (Kafka property names)."""
-    config: dict[str, Any] = {}
-    if getattr(args, "command_config", None):
-        from backbone.properties import ConfigError, read_properties_file
-
-        try:
-            config.update(read_properties_file(args.command_config))
-        except (OSError, ConfigError) as exc:
-            raise UsageError(f"--command-config {args.command_config}: {exc}") from None
+    path = getattr(args, "command_config", None) or dev_command_config(args.bootstrap_server)
+    config = read_command_config(path)
     config.update({"bootstrap.servers": args.bootstrap_server, "request.timeout.ms": args.request_timeout_ms})
     return config
+
+
+def read_command_config(path: str | None) -> dict[str, Any]:
+    """The client properties of `--command-config FILE` (none without a file); UsageError if unreadable."""
+    if not path:
+        return {}
+    from backbone.properties import ConfigError, read_properties_file
+
+    try:
+        return dict(read_properties_file(path))
+    except (OSError, ConfigError) as exc:
+        raise UsageError(f"--command-config {path}: {exc}") from None
 
 
 @contextmanager

@@ -29,6 +29,27 @@ The backbone is up. Each cluster's bootstrap servers, and the mirrors, are in {p
   Stop:    backbone dev down --dir {directory}
 """
 
+USAGE_AFTER_SECURE_UP = """
+The backbone is up, secured: SASL_SSL listeners (SCRAM-SHA-512), ACLs on. Each cluster's bootstrap servers,
+CA file, mechanism, user and password file are in {path}; the admin's client settings in {command_config}.
+
+  Produce (with kcat):
+    echo hello | kcat -P -b {bootstrap} -t pageviews {kcat}
+  Consume:
+    kcat -C -b {bootstrap} -t pageviews -o beginning -e {kcat}
+  The same with the backbone command (every client command takes --command-config):
+    echo hello | backbone produce pageviews --bootstrap-server {bootstrap} --command-config {command_config}
+    backbone consume pageviews --from-beginning --max-messages 1 --bootstrap-server {bootstrap} \\
+        --command-config {command_config}
+  Completeness of the aggregate (counted by the audit processes):
+    backbone audit report --bootstrap-server {aggregate} --command-config {command_config}
+  More users: backbone users add NAME --zookeeper ZOOKEEPER/CLUSTER; their rights: backbone acls add ...
+
+  Mirror logs: {directory}/mirrors/*.out, audit counters: {directory}/auditors/*.out
+  Status:  backbone dev status --dir {directory}
+  Stop:    backbone dev down --dir {directory}
+"""
+
 BUSY_PORTS = """
 *** The usual ports were busy: {busy}.
 *** This backbone listens elsewhere (above). Examples that say 127.0.0.1:9092 would reach whatever else
@@ -65,6 +86,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="RATE",
         help="also run `backbone generate` in each datacenter (RATE events/s, default 50)",
     )
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="SASL_SSL listeners (SCRAM-SHA-512), a development CA, an admin super user and ACLs on",
+    )
     up.set_defaults(handler=reports_failures(run_up))
 
     down = actions.add_parser("down", help="stop everything `dev up` started")
@@ -90,6 +116,7 @@ def run_up(args: argparse.Namespace) -> int:
             args.brokers,
             console_interval_ms=args.console_interval_ms,
             generate_rate=args.generate,
+            secure=args.secure,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -114,9 +141,29 @@ def run_up(args: argparse.Namespace) -> int:
         )
     bootstrap = first["bootstrap"].split(",")[0]
     aggregate = started.data["clusters"].get("aggregate", first)["bootstrap"].split(",")[0]
-    print(
-        USAGE_AFTER_UP.format(path=started.path, bootstrap=bootstrap, aggregate=aggregate, directory=args.dir)
-    )
+    security = first.get("security")
+    if security:
+        kcat = (
+            f"-X security.protocol={security['protocol']} -X sasl.mechanisms={security['mechanism']} "
+            f"-X sasl.username={security['user']} -X sasl.password=$(cat {security['password_file']}) "
+            f"-X ssl.ca.location={security['ca_file']}"
+        )
+        print(
+            USAGE_AFTER_SECURE_UP.format(
+                path=started.path,
+                bootstrap=bootstrap,
+                aggregate=aggregate,
+                directory=args.dir,
+                command_config=security["command_config"],
+                kcat=kcat,
+            )
+        )
+    else:
+        print(
+            USAGE_AFTER_UP.format(
+                path=started.path, bootstrap=bootstrap, aggregate=aggregate, directory=args.dir
+            )
+        )
     busy = moved_ports(started.data)
     if busy:
         print(

@@ -8,7 +8,7 @@ import signal
 from datetime import UTC, datetime
 
 from backbone.cli import UsageError
-from backbone.cli.connect import int_at_least, reports_failures
+from backbone.cli.connect import add_command_config, int_at_least, read_command_config, reports_failures
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--audit-interval-ms", type=int_at_least(1), default=10_000)
     parser.add_argument("--audit-bucket-ms", type=int_at_least(1), default=600_000)
     parser.add_argument("--seed", type=int, help="random seed (repeatable traffic)")
+    add_command_config(parser)
     parser.add_argument(
         "--acked-log", metavar="FILE", help="append each acknowledged event's id (JSON lines)"
     )
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         seed=args.seed,
         acked_path=args.acked_log or "",
+        client=read_command_config(args.command_config),
     )
     stopping = []
     for number in (signal.SIGTERM, signal.SIGINT):  # stop sending, then flush what was sent

@@ -17,7 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from backbone.cli.connect import CommandFailed, int_at_least, reports_failures
+from backbone.cli.connect import (
+    CommandFailed,
+    add_command_config,
+    int_at_least,
+    read_command_config,
+    reports_failures,
+)
 
 _DEFAULT_TIMEOUT_MS = 5_000
 
@@ -36,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=_DEFAULT_TIMEOUT_MS,
         help=f"how long to wait for the answer (default {_DEFAULT_TIMEOUT_MS})",
     )
+    add_command_config(broker)
     broker.set_defaults(handler=reports_failures(_broker))
 
 
@@ -43,6 +50,7 @@ def _broker(args: argparse.Namespace) -> int:
     from backbone.client import Admin
 
     with Admin(
+        read_command_config(args.command_config),
         bootstrap_servers=args.bootstrap_server,
         request_timeout_ms=args.timeout_ms,
         default_api_timeout_ms=args.timeout_ms,

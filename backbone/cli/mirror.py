@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as error:
         raise UsageError(str(error)) from None
     logging.getLogger("backbone.mirror").setLevel(min(logging.INFO, logging.getLogger().level))
-    from backbone.mirror.config import security_settings
+    from backbone.client.config import security_settings
 
     for side, servers, client in (
         ("source", config.source_bootstrap, config.consumer),

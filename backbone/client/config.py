@@ -27,6 +27,7 @@ __all__ = [
     "Option",
     "parse_bootstrap",
     "resolve",
+    "security_settings",
 ]
 
 _client_ids = itertools.count(1)
@@ -289,6 +290,15 @@ def _check_producer(config: dict[str, Any]) -> None:
             "producer property 'enable.idempotence' is true but " + "; ".join(conflicts) + " for it"
             " (set enable.idempotence=false to use these settings)"
         )
+
+
+SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
+
+
+def security_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The TLS and SASL settings among a client's settings (security.protocol, sasl.*, ssl.*): what another
+    client needs to reach the same cluster as the one these settings are for."""
+    return {k: v for k, v in settings.items() if k.startswith(SECURITY_PREFIXES)}
 
 
 def parse_bootstrap(server: str) -> tuple[str, int]:

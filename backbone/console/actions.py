@@ -73,16 +73,14 @@ async def _context(request: web.Request) -> tuple[ClusterSnapshot, Any]:
     return snapshot, await request.post()
 
 
-def _bootstrap(request: web.Request, cluster: str) -> str:
-    return state(request).config.bootstrap_servers(cluster)
+def _client_config(request: web.Request, cluster: str) -> dict[str, Any]:
+    return state(request).config.client_config(cluster)
 
 
 async def _with_admin(
     request: web.Request, cluster: str, work: Callable[[AsyncAdmin], Awaitable[Any]]
 ) -> Any:
-    async with AsyncAdmin(
-        bootstrap_servers=_bootstrap(request, cluster), default_api_timeout_ms=15_000
-    ) as admin:
+    async with AsyncAdmin(_client_config(request, cluster), default_api_timeout_ms=15_000) as admin:
         return await work(admin)
 
 
@@ -306,9 +304,7 @@ async def produce(request: web.Request) -> web.Response:
     back = _topic_url(snapshot.name, topic.name)
     console = state(request)
     try:
-        async with AsyncProducer(
-            bootstrap_servers=_bootstrap(request, snapshot.name), acks="all"
-        ) as producer:
+        async with AsyncProducer(_client_config(request, snapshot.name), acks="all") as producer:
             sent = await (await producer.send(topic.name, value, key=key, partition=partition))
         result, ok, status = f"ok: partition {sent.partition} offset {sent.offset}", True, 200
     except (KafkaError, KafkaClientError, OSError, TimeoutError) as error:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from backbone.client import AsyncConsumer, TopicPartition
 
@@ -64,12 +66,19 @@ def show_bytes(data: bytes | None, fmt: str) -> str | None:
 
 
 async def read_page(
-    bootstrap: str, topic: str, partition: int, offset: int | None, time_ms: int | None, limit: int, fmt: str
+    client: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int | None,
+    time_ms: int | None,
+    limit: int,
+    fmt: str,
 ) -> tuple[list[Row], int]:
-    """Up to `limit` records from `offset` (or the first at or after `time_ms`), and the partition's end."""
+    """Up to `limit` records from `offset` (or the first at or after `time_ms`), and the partition's end;
+    `client`: the cluster's client settings (bootstrap servers, security)."""
     tp = TopicPartition(topic, partition)
     consumer = AsyncConsumer(
-        bootstrap_servers=bootstrap,
+        dict(client),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         default_api_timeout_ms=int(READ_TIMEOUT_S * 1000),

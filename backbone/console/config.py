@@ -11,6 +11,12 @@ session.secret = "..."                # signs session cookies; random (sessions 
 name = "dc1"
 bootstrap.servers = "127.0.0.1:9092"
 role = "datacenter"                   # or "aggregate"
+# A secured cluster: the client settings (docs/security.md) the console connects with, per cluster.
+# security.protocol = "SASL_SSL"
+# sasl.mechanism = "SCRAM-SHA-512"
+# sasl.username = "console"
+# sasl.password = "..."               # or sasl.password.file = "/path/to/console.password"
+# ssl.cafile = "/path/to/ca.pem"
 
 [[mirrors]]
 source = "dc1"
@@ -36,6 +42,7 @@ listeners=http://127.0.0.1:8080
 sampling.interval.ms=10000
 clusters.dc1.bootstrap.servers=127.0.0.1:9092
 clusters.dc1.role=datacenter
+clusters.dc1.security.protocol=SASL_SSL
 mirrors.dc1-to-aggregate.source=dc1
 mirrors.dc1-to-aggregate.target=aggregate
 users.alice.role=operator
@@ -49,6 +56,7 @@ from __future__ import annotations
 import re
 import secrets
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +67,7 @@ CLUSTER_ROLES = ("datacenter", "aggregate")
 NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DEFAULT_INTERVAL_MS = 10_000
 DEFAULT_HISTORY_URL = "sqlite:///console-history.db"
+SECURITY_PARTS = ("security", "sasl", "ssl")  # a cluster's client settings: security.protocol, sasl.*, ssl.*
 
 
 class ConfigError(ValueError):
@@ -70,6 +79,12 @@ class ClusterSettings:
     name: str
     bootstrap_servers: str
     role: str = "datacenter"
+    security: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The client security settings the console connects with (security.protocol, sasl.*, ssl.*)."""
+
+    def client_config(self) -> dict[str, Any]:
+        """Settings for a client of this cluster: its bootstrap servers and security."""
+        return {**self.security, "bootstrap.servers": self.bootstrap_servers}
 
 
 @dataclass(frozen=True)
@@ -106,12 +121,13 @@ class ConsoleConfig:
     def cluster(self, name: str) -> ClusterSettings | None:
         return next((c for c in self.clusters if c.name == name), None)
 
-    def bootstrap_servers(self, cluster: str) -> str:
-        """The bootstrap servers of a configured cluster; KeyError naming it when there is none."""
+    def client_config(self, cluster: str) -> dict[str, Any]:
+        """Client settings (bootstrap servers, security) for a configured cluster; KeyError naming it when
+        there is none."""
         found = self.cluster(cluster)
         if found is None:
             raise KeyError(f"no cluster named {cluster!r} in the console's configuration")
-        return found.bootstrap_servers
+        return found.client_config()
 
     def user(self, name: str) -> UserSettings | None:
         return next((u for u in self.users if u.name == name), None)
@@ -133,6 +149,39 @@ def _text(table: dict[str, Any], key: str, where: str, default: str | None = Non
     return value
 
 
+def _flatten(table: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """TOML's nested tables back into flat Kafka names: {"sasl": {"mechanism": "X"}} -> sasl.mechanism."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _security(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """A cluster's client security settings; `sasl.password.file` is read here (its first line)."""
+    security = _flatten({part: raw[part] for part in SECURITY_PARTS if part in raw}, "")
+    password_file = security.pop("sasl.password.file", None)
+    if password_file is not None:
+        if "sasl.password" in security:
+            raise ConfigError(f"{where}: give sasl.password or sasl.password.file, not both")
+        try:
+            security["sasl.password"] = Path(str(password_file)).read_text(encoding="utf-8").splitlines()[0]
+        except (OSError, IndexError) as error:
+            raise ConfigError(
+                f"{where}: sasl.password.file {password_file!r} could not be read: {error}"
+            ) from None
+    from backbone.client.config import ADMIN_OPTIONS, resolve  # the client loads slowly: only when asked
+
+    try:
+        resolve(ADMIN_OPTIONS, "cluster", {**security, "bootstrap.servers": "localhost:9092"}, {})
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    return security
+
+
 def parse(data: dict[str, Any]) -> ConsoleConfig:
     clusters = []
     for index, raw in enumerate(data.get("clusters") or []):
@@ -143,7 +192,9 @@ def parse(data: dict[str, Any]) -> ConsoleConfig:
         role = _text(raw, "role", where, "datacenter")
         if role not in CLUSTER_ROLES:
             raise ConfigError(f"{where}: role {role!r} must be one of {', '.join(CLUSTER_ROLES)}")
-        clusters.append(ClusterSettings(name, _text(raw, "bootstrap.servers", where), role))
+        clusters.append(
+            ClusterSettings(name, _text(raw, "bootstrap.servers", where), role, _security(raw, where))
+        )
     if not clusters:
         raise ConfigError("name at least one cluster: [[clusters]] name = ..., bootstrap.servers = ...")
     names = [c.name for c in clusters]

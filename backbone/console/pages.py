@@ -190,10 +190,10 @@ def browse_query(request: web.Request, topic: TopicState) -> dict[str, Any]:
 async def read_messages(
     request: web.Request, snapshot: ClusterSnapshot, topic: TopicState, q: dict
 ) -> tuple[list, int, str | None]:
-    bootstrap = state(request).config.bootstrap_servers(snapshot.name)
+    client = state(request).config.client_config(snapshot.name)
     try:
         rows, end = await browse.read_page(
-            bootstrap, topic.name, q["partition"], q["offset"], q["time_ms"], q["limit"], q["fmt"]
+            client, topic.name, q["partition"], q["offset"], q["time_ms"], q["limit"], q["fmt"]
         )
     except browse.BadQuery as error:
         raise web.HTTPBadRequest(text=str(error)) from None

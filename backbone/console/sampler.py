@@ -70,7 +70,7 @@ class ClusterSampler:
         # before five seconds: a busy broker is slow, not down.
         timeout = max(5000, min(config.interval_ms * 2, 15_000))
         self.admin = AsyncAdmin(
-            bootstrap_servers=settings.bootstrap_servers,
+            settings.client_config(),
             client_id=f"backbone-console-{settings.name}",
             default_api_timeout_ms=timeout,
             request_timeout_ms=timeout,
@@ -446,7 +446,11 @@ class ClusterSampler:
         datacenters = tuple(c.name for c in self.config.clusters if c.role == "datacenter")
         try:
             messages, _ = await asyncio.to_thread(
-                read_audit_counts, self.settings.bootstrap_servers, self.config.audit_topic, 30.0
+                read_audit_counts,
+                self.settings.bootstrap_servers,
+                self.config.audit_topic,
+                30.0,
+                self.settings.security,
             )
         except (LookupError, TimeoutError, KafkaError, KafkaClientError) as error:
             snapshot.audit_error = f"the audit topic could not be read: {error}"

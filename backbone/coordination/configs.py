@@ -54,31 +54,42 @@ class ConfigOps(TopicOps):
     @translate_errors("write a config")
     def set_config(self, entity_type: str, entity_name: str, config: Mapping[str, str]) -> None:
         """Replace an entity's overrides and announce the change, in one transaction."""
-        values = validate_config_values(config)
         path = paths.config_entity_path(entity_type, entity_name)
-        notification = encode_config_change(paths.entity_path(entity_type, entity_name))
+        self._write_config_node(path, paths.entity_path(entity_type, entity_name), config)
+
+    def _write_config_node(self, path: str, entity_path: str, config: Mapping[str, str]) -> None:
+        """Replace the config at `path` (creating missing parents, as Kafka does for a user's client
+        entities) and create the notification naming `entity_path`, in one transaction."""
+        values = validate_config_values(config)
+        notification = encode_config_change(entity_path)
         for _ in range(MAX_RACES):
             transaction = self._client.transaction()
             if self._exists(path) is not None:
                 transaction.set_data(path, encode_config(values))
+                node_ops = 1
             else:
+                parents = self._missing_parents(path)
+                for parent in parents:
+                    transaction.create(parent, b"")
                 transaction.create(path, encode_config(values))
+                node_ops = len(parents) + 1
             transaction.create(paths.config_change_prefix_path(), notification, sequence=True)
             failure = transaction_failure(transaction.commit())
             if failure is None:
-                log.info(
-                    "event=config_changed entity=%s/%s keys=%s",
-                    entity_type,
-                    entity_name,
-                    ",".join(sorted(values)),
-                )
+                log.info("event=config_changed entity=%s keys=%s", entity_path, ",".join(sorted(values)))
                 return
-            if failure[0] == 0 and isinstance(failure[1], NodeExistsError | NoNodeError):
+            if failure[0] < node_ops and isinstance(failure[1], NodeExistsError | NoNodeError):
                 continue  # created or deleted meanwhile: choose create/set again
             raise failure[1]
-        raise CoordinationError(
-            f"config of {entity_type}/{entity_name} kept changing while being written; retry"
-        )
+        raise CoordinationError(f"config of {entity_path} kept changing while being written; retry")
+
+    def _missing_parents(self, path: str) -> list[str]:
+        missing = []
+        parent = paths.parent_of(path)
+        while parent != paths.CONFIG and self._exists(parent) is None:
+            missing.append(parent)
+            parent = paths.parent_of(parent)
+        return list(reversed(missing))
 
     def get_topic_config(self, topic: str) -> dict[str, str]:
         """The topic's overrides; UnknownTopicOrPartitionError when there is no such topic."""

@@ -1,4 +1,5 @@
-"""SCRAM credentials in ZooKeeper, where Kafka keeps them: the user's config entity /config/users/<user>.
+"""SCRAM credentials in ZooKeeper, where Kafka keeps them: the user's config entity /config/users/<user>
+(the name sanitized as Kafka's Sanitizer does).
 
 A credential is stored salted and iterated, never as the password: Kafka's ScramCredentialUtils format,
 one config key per mechanism,
@@ -90,29 +91,34 @@ class CredentialOps(AclOps):
 
     def scram_credentials(self, user: str) -> dict[str, ScramCredential]:
         """The user's credentials by mechanism ({} for an unknown user)."""
-        config = self.get_config("users", user)
+        config = self.get_config("users", paths.sanitize_entity_name(user))
         return {m: ScramCredential.decode(config[m]) for m in SCRAM_MECHANISMS if m in config}
 
     def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential) -> None:
         check_mechanism(mechanism)
-        config = self.get_config("users", user)
+        name = paths.sanitize_entity_name(user)
+        config = self.get_config("users", name)
         config[mechanism] = credential.encode()
-        self.set_config("users", user, config)
+        self.set_config("users", name, config)
 
     def delete_scram_credential(self, user: str, mechanism: str) -> bool:
         """Remove one credential; False when the user had none for that mechanism."""
         check_mechanism(mechanism)
-        config = self.get_config("users", user)
+        name = paths.sanitize_entity_name(user)
+        config = self.get_config("users", name)
         if config.pop(mechanism, None) is None:
             return False
-        self.set_config("users", user, config)
+        self.set_config("users", name, config)
         return True
 
     @translate_errors("list users")
     def scram_users(self) -> dict[str, list[str]]:
         """Every user with at least one SCRAM credential, with its mechanisms."""
         users = {}
-        for user in sorted(self._children(paths.config_entity_type_path("users"))):
+        for name in sorted(self._children(paths.config_entity_type_path("users"))):
+            if name == paths.DEFAULT_BROKER_CONFIG:
+                continue  # the default user entity holds quotas, never credentials
+            user = paths.desanitize_entity_name(name)
             mechanisms = sorted(self.scram_credentials(user))
             if mechanisms:
                 users[user] = mechanisms

@@ -7,6 +7,7 @@ path segment are checked here, so a topic called `a/b` can never address some ot
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, unquote
 
 from backbone.protocol.errors import InvalidTopicError
 
@@ -183,6 +184,30 @@ def config_change_prefix_path() -> str:
 
 def config_change_path(node_name: str) -> str:
     return _child(CONFIG_CHANGES, _segment(node_name))
+
+
+def sanitize_entity_name(name: str) -> str:
+    """A user or client id as a path segment, as Kafka's Sanitizer writes it (URL-encoded, `*` and `~` too),
+    so any name fits in one segment and Kafka's tools find what we write."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize_entity_name(segment: str) -> str:
+    return unquote(segment)
+
+
+def quota_entity_path(user: str | None, client_id: str | None) -> str:
+    """The config node of a quota entity below /config: `users/<u>`, `clients/<c>` or
+    `users/<u>/clients/<c>`, each name sanitized or `<default>` (segments given here are already
+    sanitized)."""
+    if user is None and client_id is None:
+        raise ValueError("a quota entity names a user, a client id or both")
+    parts = []
+    if user is not None:
+        parts.append(f"users/{_segment(user)}")
+    if client_id is not None:
+        parts.append(f"clients/{_segment(client_id)}")
+    return "/".join(parts)
 
 
 def entity_path(entity_type: str, entity_name: str) -> str:

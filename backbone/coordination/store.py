@@ -10,17 +10,18 @@ threads: hand their results to your event loop with `loop.call_soon_threadsafe`.
 
 The operations live in layers, each a small module: session (connection, chroot, session events,
 watches) < brokers (cluster id, registration, controller) < topics (assignments, partition state,
-deletion) < configs (dynamic configs and their notifications) < credentials (SCRAM).
+deletion) < configs (dynamic configs and their notifications) < credentials (SCRAM) < quotas
+(client quota entities).
 """
 
 from __future__ import annotations
 
-from backbone.coordination.credentials import CredentialOps
+from backbone.coordination.quotas import QuotaOps
 
 __all__ = ["ClusterStore"]
 
 
-class ClusterStore(CredentialOps):
+class ClusterStore(QuotaOps):
     """One cluster's ZooKeeper state. `ClusterStore(connect)` then `start()`, or use it with `with`."""
 
     def __enter__(self) -> ClusterStore:

@@ -1,7 +1,8 @@
 """The audit chain of `backbone dev up`: a `backbone audit count` process per cluster (tier = the cluster's
 name), every one publishing to the aggregate cluster's `__audit` topic, next to the mirrors, which publish
 their own counts there too. With them `backbone audit report` answers for every topic produced into the
-topology: the datacenter tiers are the baseline, the aggregate tier is what arrived.
+topology: the datacenter tiers are the baseline, the aggregate tier is what arrived. In a secure topology
+they log in as the admin (`--command-config` DIR/secure/client.properties).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from backbone.dev.mirrors import AGGREGATE
 from backbone.dev.processes import start_until_line
+from backbone.dev.secure import DevSecurity
 
 READY_LINE = "event=audit_count_started"
 READY_TIMEOUT_S = 60.0
@@ -29,11 +31,18 @@ def baseline(clusters: tuple[str, ...]) -> list[str]:
     return [name for name in tiers(clusters) if name != AGGREGATE]
 
 
-def command(tier: str, bootstrap: str, publish_to: str, python: str = sys.executable) -> list[str]:
+def command(
+    tier: str,
+    bootstrap: str,
+    publish_to: str,
+    python: str = sys.executable,
+    command_config: Path | None = None,
+) -> list[str]:
     return [
         python, "-m", "backbone", "--log-level", "INFO", "audit", "count",
         "--bootstrap-server", bootstrap, "--tier", tier, "--publish-to", publish_to,
         "--interval-ms", str(INTERVAL_MS),
+        *(["--command-config", str(command_config)] if command_config else []),
     ]  # fmt: skip
 
 
@@ -41,11 +50,22 @@ def marker(tier: str, bootstrap: str) -> str:
     return f"audit count --bootstrap-server {bootstrap} --tier {tier}"
 
 
-def start(directory: Path, tier: str, clusters: dict[str, dict[str, Any]], started: list) -> dict[str, Any]:
+def start(
+    directory: Path,
+    tier: str,
+    clusters: dict[str, dict[str, Any]],
+    started: list,
+    security: DevSecurity | None = None,
+) -> dict[str, Any]:
     """Start one cluster's counter detached, wait until it says it started, and return its topology.json
     entry (the process is appended to `started` so a caller can stop it when a later step fails)."""
     bootstrap = clusters[tier]["bootstrap"]
-    start_command = command(tier, bootstrap, clusters[AGGREGATE]["bootstrap"])
+    start_command = command(
+        tier,
+        bootstrap,
+        clusters[AGGREGATE]["bootstrap"],
+        command_config=security.client_properties if security else None,
+    )
     output = directory / "auditors" / f"{tier}.out"
     output.parent.mkdir(parents=True, exist_ok=True)
     name = f"audit count {tier}"

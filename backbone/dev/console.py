@@ -1,5 +1,6 @@
 """The console of `backbone dev up`: one `backbone console` process watching every cluster and mirror of the
-topology, with a made-up operator and viewer whose passwords are in topology.json (development only)."""
+topology, with a made-up operator and viewer whose passwords are in topology.json (development only). In
+a secure topology it logs in to every cluster as the admin, reading the password from the admin's file."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.dev.processes import start_until_line
+from backbone.dev.secure import DevSecurity, private_directory
 
 PREFERRED_PORT = 8080
 READY_LINE = "event=console_started"  # backbone.console.server.READY_EVENT (not imported: it loads aiohttp)
@@ -23,7 +25,7 @@ def _toml(value: Any) -> str:
 
 def write_config(
     directory: Path, clusters: dict[str, dict[str, Any]], mirrors: list[dict[str, Any]], port: int,
-    host: str, interval_ms: int, users: dict[str, tuple[str, str]],
+    host: str, interval_ms: int, users: dict[str, tuple[str, str]], security: DevSecurity | None = None,
 ) -> Path:  # fmt: skip
     """The console's TOML file; `users` maps name -> (role, password)."""
     from backbone.console.auth import hash_password
@@ -44,6 +46,11 @@ def write_config(
             f"bootstrap.servers = {_toml(cluster['bootstrap'])}",
         ]
         lines.append(f"role = {_toml(role)}")
+        if security is not None:
+            client = security.client_settings()
+            del client["sasl.password"]
+            client["sasl.password.file"] = str(security.admin_password_file)
+            lines += [f"{key} = {_toml(value)}" for key, value in client.items()]
     for mirror in mirrors:
         lines += [
             "",
@@ -56,6 +63,8 @@ def write_config(
         lines += ["", "[[users]]", f"name = {_toml(name)}", f"role = {_toml(role)}"]
         lines.append(f"password.hash = {_toml(hash_password(password))}")
     directory.mkdir(parents=True, exist_ok=True)
+    if security is not None:
+        private_directory(directory)  # it says where the admin's password is
     path = directory / "console.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -63,7 +72,7 @@ def write_config(
 
 def start(
     directory: Path, clusters: dict[str, dict[str, Any]], mirrors: list[dict[str, Any]], port: int, host: str,
-    interval_ms: int, started: list,
+    interval_ms: int, started: list, security: DevSecurity | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Start the console detached, wait until it says it serves, and return its topology.json entry."""
     users = {
@@ -71,7 +80,7 @@ def start(
         "viewer": ("viewer", secrets.token_urlsafe(12)),
     }
     home = directory / "console"
-    config = write_config(home, clusters, mirrors, port, host, interval_ms, users)
+    config = write_config(home, clusters, mirrors, port, host, interval_ms, users, security)
     command = [sys.executable, "-m", "backbone", "--log-level", "INFO", "console", "--config", str(config)]
     output = home / "console.out"
     process = start_until_line(command, output, READY_LINE, "console", timeout=READY_TIMEOUT_S)

@@ -3,7 +3,8 @@
 Each mirror copies every topic of its datacenter except the internal ones (`__consumer_offsets`, ...) under
 the same name, so the aggregate merges a topic's events from every datacenter. Each has a fixed group and
 static instance id (a restarted mirror takes its partitions straight back), its own Prometheus metrics port,
-and its output in a file under the state directory, like the brokers'.
+and its output in a file under the state directory, like the brokers'. In a secure topology each side's
+login is in a properties file beside that output (`--config`, owner-only).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from backbone.dev.processes import start_until_line
+from backbone.dev.secure import DevSecurity, write_properties
 
 AGGREGATE = "aggregate"
+CONSUMER_PREFIX = "source.consumer."  # backbone.mirror.config's (not imported: it loads the client)
+PRODUCER_PREFIX = "target.producer."
 # Mirror metrics listen from 9400 (one port per datacenter, in cluster order) when those ports are free.
 FIRST_METRICS_PORT = 9400
 INTERNAL_TOPICS = r"__.*|_schemas"  # _schemas: the schema registry's, kept in one cluster
@@ -41,7 +45,9 @@ def command(
     target_bootstrap: str,
     metrics_port: int,
     python: str = sys.executable,
+    config: Path | None = None,
 ) -> list[str]:
+    """The mirror's command; `config`: a properties file of more settings (the clients' security)."""
     return [
         python, "-m", "backbone", "--log-level", "INFO", "mirror",
         "--source-bootstrap", source_bootstrap, "--target-bootstrap", target_bootstrap,
@@ -51,6 +57,7 @@ def command(
         "--metrics-port", str(metrics_port),
         # Its counts of what it copied go to the aggregate's audit topic, every 2 s.
         "--property", f"audit.bootstrap.servers={target_bootstrap}", "--property", "audit.interval.ms=2000",
+        *(["--config", str(config)] if config else []),
     ]  # fmt: skip
 
 
@@ -67,15 +74,26 @@ def start(
     metrics_port: int,
     host: str,
     started: list,
+    security: DevSecurity | None = None,
 ) -> dict[str, Any]:
     """Start the mirror detached, wait until it says it started (it reached both clusters and serves its
     metrics), and return its topology.json entry; the process is appended to `started`, so that a caller
     can stop it when a later step fails."""
     source_bootstrap = clusters[source]["bootstrap"]
     target_bootstrap = clusters[target]["bootstrap"]
-    start_command = command(source, target, source_bootstrap, target_bootstrap, metrics_port)
     output = directory / "mirrors" / f"{source}-to-{target}.out"
     output.parent.mkdir(parents=True, exist_ok=True)
+    config = None
+    if security is not None:  # the audit publisher goes to the target cluster with the target's settings
+        client = security.client_settings()
+        config = write_properties(
+            output.with_suffix(".properties"),
+            {
+                **{f"{CONSUMER_PREFIX}{key}": value for key, value in client.items()},
+                **{f"{PRODUCER_PREFIX}{key}": value for key, value in client.items()},
+            },
+        )
+    start_command = command(source, target, source_bootstrap, target_bootstrap, metrics_port, config=config)
     name = f"mirror {source} -> {target}"
     process = start_until_line(start_command, output, READY_LINE, name, timeout=READY_TIMEOUT_S)
     started.append(process)

@@ -1,6 +1,7 @@
 """The schema registry of `backbone dev up`: one `backbone schema-registry` beside the aggregate cluster,
 its schemas in the aggregate's `_schemas` topic (which the mirrors never copy), its URL in topology.json
-as `schema_registry.url`; and with `--generate`, one `backbone generate` per datacenter."""
+as `schema_registry.url`; and with `--generate`, one `backbone generate` per datacenter. In a secure
+topology the registry's storage client and the generators log in as the admin (owner-only files)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.dev.processes import start_until_line
+from backbone.dev.secure import DevSecurity, write_properties
 
 PREFERRED_PORT = 8081
 READY_LINE = "event=schema_registry_started"  # backbone.schema_registry.server.READY_LINE
@@ -17,12 +19,19 @@ GENERATOR_READY_LINE = "event=generate_started"  # backbone.tracking.generator.R
 READY_TIMEOUT_S = 60.0
 
 
-def write_config(path: Path, bootstrap: str, host: str, port: int) -> Path:
+def write_config(
+    path: Path, bootstrap: str, host: str, port: int, security: DevSecurity | None = None
+) -> Path:
+    settings = {
+        "listeners": f"http://{host}:{port}",
+        "kafkastore.bootstrap.servers": bootstrap,
+        "kafkastore.topic": "_schemas",
+    }
+    if security is not None:  # the storage client's login: an owner-only file
+        settings.update({f"kafkastore.{key}": value for key, value in security.client_settings().items()})
+        return write_properties(path, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"listeners=http://{host}:{port}\nkafkastore.bootstrap.servers={bootstrap}\nkafkastore.topic=_schemas\n",
-        encoding="utf-8",
-    )
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()), encoding="utf-8")
     return path
 
 
@@ -31,11 +40,18 @@ def command(config: Path, python: str = sys.executable) -> list[str]:
 
 
 def start(
-    directory: Path, bootstrap: str, host: str, port: int, started: list[subprocess.Popen[bytes]]
+    directory: Path,
+    bootstrap: str,
+    host: str,
+    port: int,
+    started: list[subprocess.Popen[bytes]],
+    security: DevSecurity | None = None,
 ) -> dict[str, Any]:
     """Start a registry detached, wait until it loaded the schemas topic and serves, and return its
     topology.json entry; the process is appended to `started` so a caller can stop it on a later failure."""
-    config = write_config(directory / "schema-registry" / "registry.properties", bootstrap, host, port)
+    config = write_config(
+        directory / "schema-registry" / "registry.properties", bootstrap, host, port, security
+    )
     output = directory / "schema-registry" / "registry.out"
     start_command = command(config)
     process = start_until_line(start_command, output, READY_LINE, "schema registry", timeout=READY_TIMEOUT_S)
@@ -60,6 +76,7 @@ def generator_command(
     audit_bootstrap: str,
     rate: float,
     python: str = sys.executable,
+    command_config: Path | None = None,
 ) -> list[str]:
     """`backbone generate` into one datacenter until stopped, its audit counts sent to the aggregate."""
     return [
@@ -81,6 +98,7 @@ def generator_command(
         "0",
         "--audit-bootstrap",
         audit_bootstrap,
+        *(["--command-config", str(command_config)] if command_config else []),
     ]
 
 
@@ -92,10 +110,16 @@ def start_generator(
     aggregate: str,
     rate: float,
     started: list[subprocess.Popen[bytes]],
+    security: DevSecurity | None = None,
 ) -> dict[str, Any]:
     bootstrap = clusters[datacenter]["bootstrap"]
     start_command = generator_command(
-        datacenter, bootstrap, registry_url, clusters[aggregate]["bootstrap"], rate
+        datacenter,
+        bootstrap,
+        registry_url,
+        clusters[aggregate]["bootstrap"],
+        rate,
+        command_config=security.client_properties if security else None,
     )
     output = directory / "generators" / f"{datacenter}.out"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ backbone/dev/mirrors.py). Everything runs detached in the background, and `topol
 directory records, for each cluster, its bootstrap servers and ZooKeeper connect string, for each mirror
 its source, target and metrics port, and for every process its pid and the exact command that starts it
 again. `up` is idempotent: what is recorded and
-still running is kept, what died is started again with its recorded command.
+still running is kept, what died is started again with its recorded command. `up --secure` starts the same
+topology with SASL_SSL listeners and ACLs on (backbone/dev/secure.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from backbone.coordination import ZooKeeperServer, find_free_port, port_is_free
 from backbone.dev import auditors, console, mirrors, registry
+from backbone.dev import secure as dev_secure
 from backbone.dev.processes import BrokerProcess, spawn, start_until_line, stop_child, wait_listening
 
 log = logging.getLogger(__name__)
@@ -169,11 +171,19 @@ def up(
     preferred_ports: bool = True,
     console_interval_ms: int = console.DEFAULT_INTERVAL_MS,
     generate_rate: float = 0.0,
+    secure: bool = False,
 ) -> DevTopology:
     directory = directory.resolve()
     with _only_one_up(directory, progress):
         return _up(
-            directory, clusters, brokers, progress, preferred_ports, console_interval_ms, generate_rate
+            directory,
+            clusters,
+            brokers,
+            progress,
+            preferred_ports,
+            console_interval_ms,
+            generate_rate,
+            secure,
         )
 
 
@@ -185,15 +195,19 @@ def _up(
     preferred_ports: bool,
     console_interval_ms: int,
     generate_rate: float,
+    secure: bool,
 ) -> DevTopology:
     existing = DevTopology.load(directory)
     if existing is not None:
         wanted = set(clusters)
-        if set(existing.data["clusters"]) != wanted or any(
-            len(c["brokers"]) != brokers for c in existing.data["clusters"].values()
+        if (
+            set(existing.data["clusters"]) != wanted
+            or any(len(c["brokers"]) != brokers for c in existing.data["clusters"].values())
+            or bool(existing.data.get("secure")) != secure
         ):
             raise ValueError(
-                f"{directory} already holds a different topology ({', '.join(existing.data['clusters'])}); "
+                f"{directory} already holds a different topology ({', '.join(existing.data['clusters'])}"
+                f"{', secure' if existing.data.get('secure') else ''}); "
                 f"run `backbone dev down --dir {directory} --purge` first or choose another --dir"
             )
         return _restart_dead(existing, progress)
@@ -220,16 +234,21 @@ def _up(
     started: list[BrokerProcess] = []
     started_mirrors: list[subprocess.Popen[bytes]] = []
     try:
+        security = None
+        if secure:
+            progress(f"making the CA, certificates and passwords in {directory / dev_secure.SECURE_DIR}/")
+            security = dev_secure.prepare(directory)
+            data["secure"] = True
         for index, name in enumerate(clusters):
             data["clusters"][name] = _start_cluster(
-                directory, name, index, brokers, zookeeper.connect_string, ports, started, progress
+                directory, name, index, brokers, zookeeper.connect_string, ports, started, progress, security
             )
             topology.save()
         for index, (source, target) in enumerate(mirrors.routes(clusters)):
             metrics_port = ports.pick(mirrors.FIRST_METRICS_PORT + index)
             progress(f"starting mirror {source} -> {target} (metrics on {HOST}:{metrics_port})")
             entry = mirrors.start(
-                directory, source, target, data["clusters"], metrics_port, HOST, started_mirrors
+                directory, source, target, data["clusters"], metrics_port, HOST, started_mirrors, security
             )
             topology.mirrors.append(entry)
             topology.save()
@@ -237,7 +256,9 @@ def _up(
             port = ports.pick(registry.PREFERRED_PORT)
             progress(f"starting the schema registry on http://{HOST}:{port}")
             bootstrap = data["clusters"][mirrors.AGGREGATE]["bootstrap"]
-            data["schema_registry"] = registry.start(directory, bootstrap, HOST, port, started_mirrors)
+            data["schema_registry"] = registry.start(
+                directory, bootstrap, HOST, port, started_mirrors, security
+            )
             topology.save()
             for name in clusters if generate_rate > 0 else ():
                 if name != mirrors.AGGREGATE:
@@ -251,12 +272,15 @@ def _up(
                         mirrors.AGGREGATE,
                         generate_rate,
                         started_mirrors,
+                        security,
                     )
                     data.setdefault("generators", []).append(entry)
                     topology.save()
         for tier in auditors.tiers(clusters):
             progress(f"starting audit count {tier}")
-            topology.auditors.append(auditors.start(directory, tier, data["clusters"], started_mirrors))
+            topology.auditors.append(
+                auditors.start(directory, tier, data["clusters"], started_mirrors, security)
+            )
             topology.save()
         console_port = ports.pick(console.PREFERRED_PORT)
         progress(f"starting the console on http://{HOST}:{console_port}/")
@@ -268,6 +292,7 @@ def _up(
             HOST,
             console_interval_ms,
             started_mirrors,
+            security,
         )
         topology.save()
     except BaseException:
@@ -293,19 +318,22 @@ def _start_cluster(
     ports: PortPlan,
     started: list[BrokerProcess],
     progress: Callable[[str], None],
+    security: dev_secure.DevSecurity | None = None,
 ) -> dict[str, Any]:
     connect = f"{zookeeper_connect}/{name}"
+    if security is not None:  # the brokers' own login must exist before they authenticate to each other
+        dev_secure.add_users(connect, security)
+        dev_secure.private_directory(directory / name)  # the brokers' properties hold their password
     members = []
     for broker_number in range(brokers):
         broker_id = broker_number + 1
         port = ports.pick(FIRST_BROKER_PORT + index * PORTS_PER_CLUSTER + broker_number)
         metrics_port = ports.any()
+        properties = {"cluster.name": name, "metrics.port": metrics_port, **cluster_defaults(brokers)}
+        if security is not None:
+            properties.update(security.broker_properties(HOST, port))
         process = BrokerProcess(
-            broker_id,
-            connect,
-            directory / name / f"broker-{broker_id}",
-            port=port,
-            properties={"cluster.name": name, "metrics.port": metrics_port, **cluster_defaults(brokers)},
+            broker_id, connect, directory / name / f"broker-{broker_id}", port=port, properties=properties
         )
         progress(f"starting {name} broker {broker_id} on {process.bootstrap}")
         started.append(process)
@@ -322,11 +350,11 @@ def _start_cluster(
                 "output": str(process.output_file),
             }
         )
-    return {
-        "bootstrap": ",".join(f"{m['host']}:{m['port']}" for m in members),
-        "zookeeper": connect,
-        "brokers": members,
-    }
+    bootstrap = ",".join(f"{m['host']}:{m['port']}" for m in members)
+    entry: dict[str, Any] = {"bootstrap": bootstrap, "zookeeper": connect, "brokers": members}
+    if security is not None:
+        entry["security"] = security.cluster_entry(bootstrap)
+    return entry
 
 
 def cluster_defaults(brokers: int) -> dict[str, str]:

@@ -37,6 +37,7 @@ from backbone.client.audit import (
     AuditCounter,
     AuditPublisher,
 )
+from backbone.client.config import security_settings
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,22 @@ class AuditorSettings:
 
 
 class ClusterAuditor(ConsumerRebalanceListener):
-    def __init__(self, settings: AuditorSettings, consumer_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        settings: AuditorSettings,
+        consumer_config: Mapping[str, Any] | None = None,
+        publisher_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`consumer_config` (e.g. security settings) is the counted cluster's; `publisher_config` the
+        audit topic's cluster's (default: the same as the counted one's)."""
         self.settings = settings
         self.counter = AuditCounter(settings.tier, settings.bucket_ms)
-        self.publisher = AuditPublisher(self.counter, settings.publish_to, settings.audit_topic)
+        self.publisher = AuditPublisher(
+            self.counter,
+            settings.publish_to,
+            settings.audit_topic,
+            publisher_config or security_settings(consumer_config or {}),
+        )
         self.consumer = AsyncConsumer(
             {
                 "bootstrap.servers": settings.bootstrap_servers,

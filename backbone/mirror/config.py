@@ -7,12 +7,14 @@
     instance.id=mirror-dc1-1            (static membership: a restart takes its partitions straight back)
     target.topic.config.retention.ms=604800000    target.replication.factor=3
     source.consumer.<key>=...   target.producer.<key>=...   (any client setting, passed through)
+    source.consumer.security.protocol=SASL_SSL  target.producer.sasl.username=...   (each side's security)
     metrics.port=9400
     audit.bootstrap.servers=127.0.0.1:9192   (publish counts of what was copied; see backbone/mirror/audit.py)
+    audit.producer.<key>=...    (the audit publisher's client settings; default: the target's security ones)
 
 The mirror's own keys are checked (an unknown one is an error naming the closest known key); the
-`source.consumer.`, `target.producer.` and `target.topic.config.` families pass through to the clients and
-the topic creation.
+`source.consumer.`, `target.producer.`, `audit.producer.` and `target.topic.config.` families pass through
+to the clients and the topic creation.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from backbone.properties import ConfigError, Property, resolve
 CONSUMER_PREFIX = "source.consumer."
 PRODUCER_PREFIX = "target.producer."
 TOPIC_CONFIG_PREFIX = "target.topic.config."
-_PASSED_THROUGH = (CONSUMER_PREFIX, PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX)
+AUDIT_PRODUCER_PREFIX = "audit.producer."
+_PASSED_THROUGH = (CONSUMER_PREFIX, PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX, AUDIT_PRODUCER_PREFIX)
 
 SPECS = {
     p.name: p
@@ -116,6 +119,7 @@ class MirrorConfig:
     audit_topic: str = "__audit"
     audit_bucket_ms: int = 600_000
     audit_interval_ms: int = 10_000
+    audit_producer: dict[str, Any] = field(default_factory=dict)
     max_in_flight_records: int = 100_000
     revoke_wait_ms: int = 10_000
 
@@ -164,6 +168,7 @@ class MirrorConfig:
             audit_topic=values["audit.topic"],
             audit_bucket_ms=values["audit.bucket.ms"],
             audit_interval_ms=values["audit.interval.ms"],
+            audit_producer=family(AUDIT_PRODUCER_PREFIX),
             max_in_flight_records=values["max.in.flight.records"],
             revoke_wait_ms=values["revoke.wait.ms"],
         )
@@ -175,9 +180,3 @@ class MirrorConfig:
 
     def target_topic(self, source_topic: str) -> str:
         return source_topic if self.naming == "identity" else f"{self.source_alias}.{source_topic}"
-
-
-def security_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """The TLS and SASL settings among a client's settings (security.protocol, sasl.*, ssl.*): what the
-    mirror's admin clients and start-up checks need to reach the same cluster as its consumer or producer."""
-    return {k: v for k, v in settings.items() if k.startswith(("security.", "sasl.", "ssl."))}

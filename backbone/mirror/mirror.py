@@ -38,9 +38,10 @@ from backbone.client import (
 )
 from backbone.client.admin.mirror_progress import commit_metadata, copied_topic_id
 from backbone.client.audit import AuditCounter, AuditPublisher
+from backbone.client.config import security_settings
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
-from backbone.mirror.config import MirrorConfig, security_settings
+from backbone.mirror.config import MirrorConfig
 from backbone.mirror.metrics import MirrorMetrics
 from backbone.mirror.routes import Routes
 from backbone.mirror.state import MirrorStats, PartitionProgress, Route, SentChunk
@@ -560,7 +561,9 @@ def _finished(outcome: Any) -> bool:
 def _audit_publisher(config: MirrorConfig) -> AuditPublisher:
     """Counts of the copied records (under the target topic's name), published to the audit topic."""
     counter = AuditCounter(mirror_tier(config.source_alias, config.target_alias), config.audit_bucket_ms)
-    return AuditPublisher(counter, config.audit_bootstrap, config.audit_topic)
+    # The audit topic normally lives in the target cluster: its security settings, unless told otherwise.
+    producer = config.audit_producer or security_settings(config.producer)
+    return AuditPublisher(counter, config.audit_bootstrap, config.audit_topic, producer)
 
 
 def _retriable(error: BaseException) -> bool:

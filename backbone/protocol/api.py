@@ -132,6 +132,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -201,6 +203,8 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.SASL_AUTHENTICATE: _R(0, 2),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _R(0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _R(0, 0),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: _R(0, 1),
+        ApiKey.ALTER_CLIENT_QUOTAS: _R(0, 1),
     }
 )
 """The default range of each API (see the module docstring for why)."""

@@ -36,7 +36,6 @@ _KRAFT = "KRaft and inter-controller RPC; Backbone coordinates through ZooKeeper
 _KIP848 = "the KIP-848 consumer group protocol; the classic group protocol is served"
 _SHARE = "share groups (KIP-932) are not offered"
 _STREAMS = "streams groups (KIP-1071) are not offered"
-_QUOTAS = "client quotas are not enforced yet"
 _TELEMETRY = "client telemetry (KIP-714) is not collected"
 
 LEFT_OUT: Mapping[str, str] = {
@@ -85,8 +84,6 @@ LEFT_OUT: Mapping[str, str] = {
     "delete_share_group_offsets": _SHARE,
     "streams_group_heartbeat": _STREAMS,
     "streams_group_describe": _STREAMS,
-    "describe_client_quotas": _QUOTAS,
-    "alter_client_quotas": _QUOTAS,
     "get_telemetry_subscriptions": _TELEMETRY,
     "push_telemetry": _TELEMETRY,
     "alter_replica_log_dirs": "moving replicas between log directories of one broker is not offered",

@@ -6,6 +6,9 @@ kafkastore.topic=_schemas                     kafkastore.topic.replication.facto
 schema.compatibility.level=backward           (the global default until PUT /config changes it)
 advertised.url=http://127.0.0.1:8081          (where other instances forward writes; default: listener)
 leader.lease.ms=10000                         kafkastore.timeout.ms=10000
+kafkastore.security.protocol=SASL_SSL         kafkastore.sasl.mechanism=SCRAM-SHA-512
+kafkastore.sasl.username=registry             kafkastore.sasl.password=...
+kafkastore.ssl.cafile=ca.pem                  (the storage client's security: our client's settings)
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import os
 import signal
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from backbone.client.config import SECURITY_PREFIXES
 from backbone.properties import ConfigError, Property, resolve
 from backbone.schema_registry import compatibility
 from backbone.schema_registry.app import RegistryApp
@@ -31,6 +35,8 @@ from backbone.schema_registry.store import SchemaLog
 log = logging.getLogger(__name__)
 
 READY_LINE = "event=schema_registry_started"
+_STORE_PREFIX = "kafkastore."
+_STORE_SECURITY = tuple(_STORE_PREFIX + prefix for prefix in SECURITY_PREFIXES)
 SPECS = {
     p.name: p
     for p in (
@@ -63,10 +69,15 @@ class RegistryConfig:
     level: str
     advertised_url: str
     lease_ms: int
+    security: Mapping[str, Any] = field(default_factory=dict)
+    """The storage client's security settings (security.protocol, sasl.*, ssl.*)."""
 
     @classmethod
     def from_properties(cls, raw: Mapping[str, Any]) -> RegistryConfig:
-        values = resolve(SPECS, raw)
+        values = resolve(SPECS, raw, allow_unknown=lambda key: key.startswith(_STORE_SECURITY))
+        security = {
+            key[len(_STORE_PREFIX) :]: value for key, value in raw.items() if key.startswith(_STORE_SECURITY)
+        }
         listener = urlsplit(values["listeners"].split(",")[0].strip())
         if listener.scheme != "http" or not listener.hostname or listener.port is None:
             raise ConfigError(
@@ -89,6 +100,7 @@ class RegistryConfig:
             level,
             values["advertised.url"],
             values["leader.lease.ms"],
+            security,
         )
 
 
@@ -115,6 +127,7 @@ class RegistryServer:
             config.lease_ms,
             config.timeout_ms,
             RegistryState(default_level=config.level),
+            config.security,
         )
         await self.store.start()
         self.runner = web.AppRunner(RegistryApp(self.store).build(), access_log=None)

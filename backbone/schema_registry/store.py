@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from backbone.client import (
@@ -58,7 +59,9 @@ class SchemaLog:
         lease_ms: int,
         timeout_ms: int,
         state: RegistryState,
+        security: Mapping[str, Any] | None = None,
     ) -> None:
+        """`security`: the storage client's security settings (security.protocol, sasl.*, ssl.*)."""
         self.bootstrap, self.topic, self.replication_factor = bootstrap, topic, replication_factor
         self.instance, self.url, self.lease_ms = instance, url, lease_ms
         self.timeout_s = timeout_ms / 1000
@@ -72,8 +75,10 @@ class SchemaLog:
         self._sequence = 0
         self._staged: list[Any] = []
         self._paused = False
+        self.security = dict(security or {})
         self.consumer = AsyncConsumer(
             {
+                **self.security,
                 "bootstrap.servers": bootstrap,
                 "client.id": f"schema-registry-{instance}",
                 "auto.offset.reset": "earliest",
@@ -82,6 +87,7 @@ class SchemaLog:
         )
         self.producer = AsyncProducer(
             {
+                **self.security,
                 "bootstrap.servers": bootstrap,
                 "acks": "all",
                 "enable.idempotence": True,
@@ -94,7 +100,7 @@ class SchemaLog:
         )
 
     async def start(self) -> None:
-        async with AsyncAdmin({"bootstrap.servers": self.bootstrap}) as admin:
+        async with AsyncAdmin({**self.security, "bootstrap.servers": self.bootstrap}) as admin:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(
                     [NewTopic(self.topic, 1, self.replication_factor, configs={"cleanup.policy": "compact"})]

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from backbone.client import Producer
@@ -58,6 +58,7 @@ class GeneratorSettings:
     time_scale: float = 1.0
     seed: int | None = None
     acked_path: str = ""
+    client: dict[str, Any] = field(default_factory=dict)  # more producer settings (security.protocol, ...)
     progress_interval_s: float = 1.0
 
 
@@ -157,6 +158,7 @@ class TrafficGenerator:
     def producer_config(self) -> dict[str, Any]:
         s = self.settings
         return {
+            **s.client,
             "bootstrap.servers": s.bootstrap,
             "acks": "all",
             "enable.idempotence": True,

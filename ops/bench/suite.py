@@ -3,7 +3,8 @@
     ops/bench/run [--quick] [--only NAME[,NAME]] [--no-write] [--list]
 
 Steps, in order (`--list` shows each one's command): the seed's comparison (after `install-brokers`), the
-broker with each client, replication (RF3 acks=all against RF1 acks=1, and failover), end-to-end latency
+broker with each client, kcat consuming at librdkafka's default fetch size and at 10 MiB, kcat producing one
+record per request, replication (RF3 acks=all against RF1 acks=1, and failover), end-to-end latency
 at 1,000, 10,000 and 100,000 records/s, the mirror, and the machine's limit for the same bytes. `--quick`
 runs each with small counts, to check the suite works in a few minutes; its figures mean little.
 
@@ -67,6 +68,20 @@ STEPS = (
         prepare=("ops/bench/install-brokers",),  # confluent-kafka
     ),
     Step(
+        "fetch-size",
+        "fetch_size_bench.py",
+        ("--records", "2000000", "--rounds", "3"),
+        ("--records", "100000", "--rounds", "1"),
+        timeout=900,
+    ),
+    Step(
+        "batch-1",
+        "batch1_bench.py",
+        ("--rounds", "3", "--seconds", "10"),
+        ("--rounds", "1", "--seconds", "2"),
+        timeout=600,
+    ),
+    Step(
         "replication",
         "replication_bench.py",
         ("--records", "300000", "--rounds", "3", "--kills", "20"),
@@ -92,6 +107,13 @@ STEPS = (
         "metrics_bench.py",
         ("--records", "200000", "--rounds", "6"),
         ("--records", "20000", "--rounds", "2"),
+        timeout=1200,
+    ),
+    Step(
+        "client-quotas",
+        "quota_bench.py",
+        (),
+        ("--span", "30", "--pairs", "2", "--seconds", "4"),
         timeout=1200,
     ),
     Step(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from backbone.client import Consumer, TopicPartition
 from backbone.coordination import ClusterStore, ScramCredential, find_free_port
 from backbone.dev.processes import BrokerProcess
 
@@ -74,3 +75,19 @@ def secure_client(certificates: Path, port: int, **extra: object) -> dict[str, o
         "ssl.cafile": str(certificates / "ca.pem"),
         **extra,
     }
+
+
+def read_values(bootstrap: str, topic: str, config: dict[str, str]) -> list[bytes]:
+    """Every record value of `topic` up to its current end (none while the topic does not exist)."""
+    with Consumer({**config, "bootstrap.servers": bootstrap}) as consumer:
+        if topic not in consumer.topics():
+            return []
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        consumer.seek_to_beginning(*partitions)
+        values: list[bytes] = []
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        return values

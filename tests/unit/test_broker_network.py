@@ -87,6 +87,60 @@ async def test_pipelined_small_requests_in_one_write_are_answered_in_order(liste
     writer.close()
 
 
+async def test_answers_to_pipelined_requests_leave_together(listener: EchoListener) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    await answers_after(writer, reader, request(0, b"first"))
+    (connection,) = listener.connections
+    assert connection.transport is not None
+    written: list[int] = []
+    send = connection.transport.write
+
+    def counted(data: bytes | bytearray | memoryview) -> None:
+        written.append(len(data))
+        send(data)
+
+    connection.transport.write = counted  # type: ignore[method-assign]
+    bodies = [b"body %d" % i for i in range(1, 301)]
+    writer.write(b"".join(request(i, body) for i, body in enumerate(bodies, 1)))
+    assert await answers(reader, len(bodies)) == list(enumerate(bodies, 1))
+    # 300 answers arrived in order; they went out in a few writes, not one each.
+    assert len(written) < 30
+    writer.close()
+
+
+class HoldingListener(EchoListener):
+    """Echoes at once, except a body of b"hold", which waits for `gate`."""
+
+    async def echo(self, context: RequestContext) -> list[bytes]:
+        body = bytes(context.frame[context.body_offset :])
+        if body == b"hold":
+            await self.gate.wait()
+        return [body]
+
+
+async def test_an_answer_is_not_held_back_by_a_later_request_that_waits() -> None:
+    served = HoldingListener()
+    served.gate.clear()
+    await served.start()
+    await served.start_serving()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        writer.write(request(1, b"quick") + request(2, b"hold"))
+        assert await answers(reader, 1) == [(1, b"quick")]  # while the second still waits
+        served.gate.set()
+        assert await answers(reader, 1) == [(2, b"hold")]
+        writer.close()
+    finally:
+        await served.stop()
+
+
+async def answers_after(
+    writer: asyncio.StreamWriter, reader: asyncio.StreamReader, frame: bytes
+) -> list[tuple[int, bytes]]:
+    writer.write(frame)
+    return await answers(reader, 1)
+
+
 async def test_large_requests_arriving_in_pieces_are_whole(listener: EchoListener) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
     big = random.Random(3).randbytes(3 * 1024 * 1024 + 5)

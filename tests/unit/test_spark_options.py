@@ -78,3 +78,18 @@ def test_prorate_shares_a_limit_by_backlog_and_never_exceeds_it():
     assert sum(shares.values()) == 101
     assert shares[TopicPartition("t", 0)] >= 90 and shares[TopicPartition("t", 2)] == 0
     assert prorate(available, 5000) == available
+
+
+def test_security_options_go_straight_to_the_client():
+    security = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.username": "spark",
+        "kafka.sasl.password": "secret",
+        "kafka.ssl.cafile": "/ca.pem",
+    }
+    read = ReadSettings.parse({**BOOT, "subscribe": "a", **security}, streaming=False)
+    written = WriteSettings.parse({**BOOT, "topic": "a", **security})
+    expected = {"bootstrap.servers": "127.0.0.1:9092", **{k[len("kafka.") :]: v for k, v in security.items()}}
+    assert read.client == expected
+    assert written.client.items() >= expected.items()

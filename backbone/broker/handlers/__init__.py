@@ -32,6 +32,7 @@ HANDLER_MODULES = (
     "sasl",
     "scram_credentials",
     "acls",
+    "client_quotas",
 )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import error_code_of, millis
 from backbone.broker.network import Handler, RequestContext
+from backbone.broker.quotas import charge_fetch, fetch_byte_limit
 from backbone.broker.region_sender import Regions
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
@@ -46,8 +47,11 @@ def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: Bro
         request = context.decode()
         deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
         denied = _denied(authorizer, context, request)
+        follower = request.replica_id >= 0
+        # Replication is not a client: no client quota applies to a follower's fetch.
+        max_bytes = request.max_bytes if follower else fetch_byte_limit(context, request.max_bytes)
         while True:
-            topics, total, idle, failed = _read(replicas, request, denied)
+            topics, total, idle, failed = _read(replicas, request, denied, max_bytes)
             remaining = deadline - time.monotonic()
             if total >= request.min_bytes or remaining <= 0 or failed or not idle:
                 break
@@ -55,6 +59,12 @@ def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: Bro
             waited = time.monotonic()
             await _wait_for_append(idle, remaining)
             context.remote_wait_s += time.monotonic() - waited
+        if follower:
+            context.throttle_ms = 0
+        elif charge_fetch(context, total):
+            # Throttled: answered at once without records, the client asks again after the throttle time.
+            assert context.throttle_ms is not None
+            return encode_fetch_response(context.api_version, [], throttle_time_ms=context.throttle_ms)
         if metrics is not None and total:
             metrics.sent(topics)
         return encode_fetch_response(context.api_version, topics, session_id=0)
@@ -98,10 +108,11 @@ def _denied(authorizer: Authorizer, context: RequestContext, request: Any) -> fr
 
 
 def _read(
-    replicas: ReplicaManager, request: Any, denied: frozenset[str] = frozenset()
+    replicas: ReplicaManager, request: Any, denied: frozenset[str] = frozenset(), max_bytes: int | None = None
 ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
-    """The answer as it stands, its size, the partitions that added nothing to it, and whether any failed."""
-    budget = request.max_bytes
+    """The answer as it stands, its records' size, the partitions that added nothing to it, and whether any
+    failed."""
+    budget = request.max_bytes if max_bytes is None else max_bytes
     replica_id = request.replica_id
     total = 0
     failed = False

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import error_code_of, error_message_of
 from backbone.broker.network import Handler, RequestContext
+from backbone.broker.quotas import charge_produce
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
@@ -78,9 +79,10 @@ def produce_handler(
                     )
                 )
             results.append((topic.name, answers))
+        throttle_ms = charge_produce(context)
         if acks == 0:
             return None
-        return [encode_produce_response(context.api_version, results)]
+        return [encode_produce_response(context.api_version, results, throttle_ms)]
 
     return handle
 

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from backbone.client.config import security_settings
 from backbone.protocol.errors import KafkaError
 from backbone.wire.errors import KafkaClientError
 
@@ -180,6 +181,7 @@ class AuditPublisher:
         self.counter = counter
         self.topic = topic
         self._bootstrap = bootstrap_servers
+        self._security = security_settings(producer_config or {})
         self._unacknowledged: list[AuditCount] = []
         self._topic_ready = False
         self._lock = asyncio.Lock()
@@ -231,7 +233,7 @@ class AuditPublisher:
         from backbone.client.admin.descriptions import NewTopic
         from backbone.protocol.errors import TopicAlreadyExistsError
 
-        async with AsyncAdmin({"bootstrap.servers": self._bootstrap}) as admin:
+        async with AsyncAdmin({"bootstrap.servers": self._bootstrap, **self._security}) as admin:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics([NewTopic(self.topic, 1, -1)])
         self._topic_ready = True

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from backbone.client.audit.counts import DEFAULT_TOPIC, AuditCount
 
 
 def read_audit_counts(
-    bootstrap_servers: str, audit_topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0
+    bootstrap_servers: str,
+    audit_topic: str = DEFAULT_TOPIC,
+    timeout_s: float = 60.0,
+    client_config: Mapping[str, Any] | None = None,
 ) -> tuple[list[AuditCount], int]:
     """Every count message in the audit topic up to its current end, and how many records were not audit
-    messages (skipped). Raises LookupError when the topic does not exist."""
+    messages (skipped). Raises LookupError when the topic does not exist. `client_config`: more consumer
+    settings (security ones)."""
     from backbone.client import Consumer, TopicPartition  # the client imports this package
 
-    with Consumer(bootstrap_servers=bootstrap_servers) as consumer:
+    with Consumer({**(client_config or {}), "bootstrap.servers": bootstrap_servers}) as consumer:
         if audit_topic not in consumer.topics():
             raise LookupError(audit_topic)
         partitions = [

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from backbone.client import audit
 from backbone.client.cluster import ClusterClient, ClusterMetadata
-from backbone.client.config import PRODUCER_OPTIONS, resolve
+from backbone.client.config import PRODUCER_OPTIONS, resolve, security_settings
 from backbone.client.producer.accumulator import (
     AsyncRecordFuture,
     BufferPool,
@@ -539,7 +539,9 @@ def _audit_publisher(config: Mapping[str, Any]) -> audit.AuditPublisher:
     """The publisher of an audited producer's counts (`audit.enable=true`)."""
     counter = audit.AuditCounter(config["audit.tier"], config["audit.bucket.ms"])
     servers = config["audit.bootstrap.servers"] or config["bootstrap.servers"]
-    return audit.AuditPublisher(counter, servers, config["audit.topic"])
+    # The audit cluster is reached with this producer's own security settings.
+    security = {k: v for k, v in security_settings(config).items() if v is not None}
+    return audit.AuditPublisher(counter, servers, config["audit.topic"], security)
 
 
 def _record_size_bound(record: tuple[Any, ...]) -> int:
