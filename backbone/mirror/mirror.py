@@ -32,7 +32,6 @@ from backbone.client import (
     ConsumerRecord,
     KafkaClientError,
     KafkaError,
-    NewTopic,
     OffsetAndMetadata,
     RecordList,
     TopicPartition,
@@ -44,8 +43,8 @@ from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig
 from backbone.mirror.metrics import MirrorMetrics
+from backbone.mirror.routes import Routes
 from backbone.mirror.state import MirrorStats, PartitionProgress, Route, SentChunk
-from backbone.protocol.errors import InvalidPartitionsError, TopicAlreadyExistsError
 from backbone.protocol.records import KEY, OFFSET, TIMESTAMP, VALUE, Record
 
 log = logging.getLogger(__name__)
@@ -96,8 +95,7 @@ class Mirror(ConsumerRebalanceListener):
         self.target_admin = AsyncAdmin(
             {"bootstrap.servers": config.target_bootstrap, **security_settings(config.producer)}
         )
-        self._routes: dict[str, Route] = {}
-        self._topic_ids: dict[str, str | None] = {}  # source topic -> the id its commits record
+        self.routes = Routes(config, self.source_admin, self.target_admin)
         self._stats = MirrorStats()
         self._last_commit = time.monotonic()
         self._last_progress = (time.monotonic(), 0)
@@ -139,7 +137,7 @@ class Mirror(ConsumerRebalanceListener):
                         await asyncio.wait_for(stop.wait(), _RETRY_BACKOFF_S)
                 if time.monotonic() - self._last_source_check >= _SOURCE_CHECK_S:
                     self._last_source_check = time.monotonic()
-                    await self._check_sources(set(self._routes))
+                    await self._check_sources(self.routes.topics())
                 self._update_lag()
                 if time.monotonic() - self._last_commit >= self.config.commit_interval_ms / 1000:
                     await self._commit(None)
@@ -168,7 +166,7 @@ class Mirror(ConsumerRebalanceListener):
             if tp.topic in recreated:
                 continue  # read again from the new topic's start
             try:
-                route = await self._route(tp.topic, tp.partition)
+                route = await self.routes.route(tp.topic, tp.partition)
             except (KafkaError, KafkaClientError) as error:
                 if _retriable(error):  # e.g. a topic just created, not yet in every broker's metadata
                     self._rewind(tp, records[0].offset, error)
@@ -214,7 +212,7 @@ class Mirror(ConsumerRebalanceListener):
 
     def _moved(self, tp: TopicPartition, records: Sequence[ConsumerRecord]) -> bool:
         """The partition is new to its route, or its records start before the mirror's position."""
-        route = self._routes.get(tp.topic)
+        route = self.routes.known(tp.topic)
         if route is None:
             return False
         progress = self._stats.of(tp)
@@ -348,72 +346,13 @@ class Mirror(ConsumerRebalanceListener):
 
     # -- target topics -----------------------------------------------------------------------------
 
-    async def _route(self, topic: str, partition: int) -> Route:
-        route = self._routes.get(topic)
-        if route is None or partition >= route.source_partitions:  # new topic, or partitions were added
-            route = await self._make_route(topic)
-            self._routes[topic] = route
-        return route
-
-    async def _make_route(self, topic: str) -> Route:
-        source = (await self.source_admin.describe_topics([topic]))[topic]
-        target_topic = self.config.target_topic(topic)
-        count = len(source.partitions)
-        try:
-            await self.target_admin.create_topics(
-                [
-                    NewTopic(
-                        target_topic, count, self.config.replication_factor, configs=self.config.topic_configs
-                    )
-                ]
-            )
-            log.info("event=mirror_topic_created topic=%s partitions=%d", target_topic, count)
-        except TopicAlreadyExistsError:
-            pass  # made by another mirror, or earlier
-        target = len((await self.target_admin.describe_topics([target_topic]))[target_topic].partitions)
-        if target < count:  # the source grew: so does the target (never the other way), as MirrorMaker 2
-            try:
-                await self.target_admin.create_partitions({target_topic: count})
-                log.info(
-                    "event=mirror_target_partitions_grown topic=%s from=%d to=%d", target_topic, target, count
-                )
-            except InvalidPartitionsError:
-                pass  # another mirror grew it first
-            target = count
-        self._topic_ids[topic] = source.topic_id
-        return Route(target_topic, count, target, source.topic_id)
-
     async def _check_sources(self, topics: set[str]) -> set[str]:
-        """Follow the routed source topics: a grown one grows its target; a re-created one (new topic
-        id) is copied from its start. Returns the re-created ones."""
-        recreated: set[str] = set()
-        found = await self._describe_sources(topics)
-        for topic, source in found.items():
-            route = self._routes.get(topic)
-            if route is None:
-                continue
-            if (
-                None not in (route.source_topic_id, source.topic_id)
-                and route.source_topic_id != source.topic_id
-            ):
-                recreated.add(topic)
-                await self._source_recreated(topic, route, source.topic_id)
-            elif len(source.partitions) > route.source_partitions:
-                self._routes[topic] = await self._make_route(topic)
-        return recreated
-
-    async def _describe_sources(self, topics: set[str]) -> dict[str, Any]:
-        """The source topics' descriptions (those found when some fail); empty when none answered."""
-        if not topics:
-            return {}
-        try:
-            return await self.source_admin.describe_topics(topics)
-        except (KafkaError, KafkaClientError) as error:
-            partial = getattr(error, "results", None)  # what a partly failed describe still found
-            if not partial:
-                log.warning("event=mirror_source_check_failed topics=%d error=%r", len(topics), str(error))
-                return {}
-            return partial
+        """Follow the routed source topics (`Routes.recreated_sources`); a re-created one is copied from its
+        start. Returns the re-created ones."""
+        recreated = await self.routes.recreated_sources(topics)
+        for topic, (old, new_id) in recreated.items():
+            await self._source_recreated(topic, old, new_id)
+        return set(recreated)
 
     async def _source_recreated(self, topic: str, old: Route, new_id: str | None) -> None:
         """A source topic deleted and created again is a new topic: copy it from its start into the same
@@ -421,7 +360,7 @@ class Mirror(ConsumerRebalanceListener):
         partitions = {tp for tp in self.consumer.assignment() if tp.topic == topic}
         _log_recreated(topic, old.source_topic_id, new_id, len(partitions))
         self._forget_in_flight(partitions)
-        self._routes[topic] = await self._make_route(topic)
+        await self.routes.make(topic)
         starts = (
             await self.source_admin.list_offsets(dict.fromkeys(partitions, "earliest")) if partitions else {}
         )
@@ -439,7 +378,7 @@ class Mirror(ConsumerRebalanceListener):
     async def _commit(self, partitions: set[TopicPartition] | None) -> None:
         offsets = {
             tp: OffsetAndMetadata(
-                p.acknowledged, commit_metadata(p.newest_timestamp, self._topic_ids.get(tp.topic))
+                p.acknowledged, commit_metadata(p.newest_timestamp, self.routes.topic_ids.get(tp.topic))
             )
             for tp, p in self._stats.partitions.items()
             if p.acknowledged is not None
@@ -492,8 +431,8 @@ class Mirror(ConsumerRebalanceListener):
     async def _judge_resume_points(self, assigned: set[TopicPartition]) -> None:
         try:
             committed = await self.consumer.committed(assigned)
-            for topic, source in (await self._describe_sources({tp.topic for tp in assigned})).items():
-                self._topic_ids[topic] = source.topic_id
+            for topic, source in (await self.routes.describe_sources({tp.topic for tp in assigned})).items():
+                self.routes.topic_ids[topic] = source.topic_id
             recreated = {
                 tp: commit
                 for tp in assigned
@@ -507,7 +446,7 @@ class Mirror(ConsumerRebalanceListener):
         for topic in sorted({tp.topic for tp in recreated}):
             commits = [c for tp, c in recreated.items() if tp.topic == topic]
             old_ids = ",".join(sorted({copied_topic_id(c.metadata) or "" for c in commits}))
-            _log_recreated(topic, old_ids, self._topic_ids[topic], len(commits))
+            _log_recreated(topic, old_ids, self.routes.topic_ids[topic], len(commits))
         for tp in assigned & self.consumer.assignment():
             progress = self._stats.of(tp)
             position = committed.get(tp)
@@ -522,7 +461,7 @@ class Mirror(ConsumerRebalanceListener):
     def _copied_another(self, tp: TopicPartition, committed: OffsetAndMetadata | None) -> bool:
         """The commit was made copying another topic of the same name (one since deleted)."""
         old_id = copied_topic_id(committed.metadata) if committed is not None else None
-        new_id = self._topic_ids.get(tp.topic)
+        new_id = self.routes.topic_ids.get(tp.topic)
         return None not in (old_id, new_id) and old_id != new_id
 
     def _drop(self, partitions: set[TopicPartition]) -> None:

@@ -86,6 +86,10 @@ class FakeCluster:
         self._next_producer_id = 1000
         self.lose_produce_responses = 0
         """Appends of this many Produce requests happen but their answers are lost (the connection closes)."""
+        self.produce_answers = asyncio.Event()
+        """Produce requests are appended, then answered only while this is set (clear it: a broker that
+        takes requests and hangs; set it again: the held answers go out, late)."""
+        self.produce_answers.set()
 
     # -- control ----------------------------------------------------------------------------------
 
@@ -289,6 +293,7 @@ class FakeCluster:
                 self._appended.notify_all()
         if request.acks == 0:
             return None
+        await self.produce_answers.wait()
         if self.lose_produce_responses > 0:
             self.lose_produce_responses -= 1
             raise ConnectionResetError("fake broker: answer lost on purpose")

@@ -41,6 +41,7 @@ TEST_SETTINGS = {
     "BACKBONE_CONSOLE_INTERVAL_MS": "2000",
 }
 CONSOLE_USER, CONSOLE_PASSWORD = "operator", "system-test-password"
+SPARK = ("--profile", "spark")  # compose's option for the Spark services (left out unless named)
 
 
 def docker_engine() -> docker.DockerClient:
@@ -87,6 +88,7 @@ class ComposeTopology:
             for broker in BROKER_IDS
         }
         self.console_port, self.registry_port = find_free_port(), find_free_port()
+        self.spark_master_ui_port = find_free_port()
         self.env = {
             **os.environ,
             **images,
@@ -94,6 +96,7 @@ class ComposeTopology:
             **{key: str(port) for key, port in self.ports.items()},
             "CONSOLE_PORT": str(self.console_port),
             "SCHEMA_REGISTRY_PORT": str(self.registry_port),
+            "SPARK_MASTER_UI_PORT": str(self.spark_master_ui_port),
             "BACKBONE_CONSOLE_USER": CONSOLE_USER,
             "BACKBONE_CONSOLE_PASSWORD": CONSOLE_PASSWORD,
             "BACKBONE_PROJECT": self.project,
@@ -104,9 +107,25 @@ class ComposeTopology:
     def compose(self, *args: str, timeout: float = 600) -> None:
         subprocess.run([str(DOCKER_DIR / "compose"), *args], env=self.env, check=True, timeout=timeout)
 
-    def up(self) -> None:
-        self.compose("up", "-d")
-        self.wait_healthy()
+    def compose_in_background(self, *args: str, output: Path) -> subprocess.Popen:
+        """A compose command left running (e.g. a one-off `run`), its output written to `output`."""
+        with output.open("ab") as log:
+            return subprocess.Popen(
+                [str(DOCKER_DIR / "compose"), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def up(self, *services: str, options: tuple[str, ...] = ()) -> None:
+        """`compose up -d` of the services (default: all), waiting until they are healthy."""
+        try:
+            self.compose(*options, "up", "-d", *services)
+        except subprocess.CalledProcessError:
+            # docker-compose v1 gives up on a dependency it finds unhealthy, even one that restarts after a
+            # failed start (on a busy machine the schema registry's first read of its topic can time out):
+            # once what it started is healthy, the rest is started.
+            print("compose up stopped at an unhealthy dependency: waiting, then up again", file=sys.stderr)
+            self.wait_healthy(*services)
+            self.compose(*options, "up", "-d", *services)
+        self.wait_healthy(*services)
 
     def close(self, logs_dir: Path) -> None:
         """Keep every container's log in `logs_dir`, then remove everything of this project, even after a
@@ -116,7 +135,8 @@ class ComposeTopology:
             (logs_dir / f"{container.labels[SERVICE_LABEL]}.log").write_bytes(container.logs())
         print(f"container logs of {self.project} in {logs_dir}", file=sys.stderr)
         try:
-            self.compose("down", "--volumes", "--remove-orphans", "--timeout", "10", timeout=300)
+            # With the Spark profile: its services (if a test started them) go too.
+            self.compose(*SPARK, "down", "--volumes", "--remove-orphans", "--timeout", "10", timeout=300)
         finally:
             label = {"label": f"{PROJECT_LABEL}={self.project}"}
             for container in self.client.containers.list(all=True, filters=label):

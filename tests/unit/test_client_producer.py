@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from typing import Any
 
 import pytest
 
+from backbone.client.producer import sender as sender_module
 from backbone.client.producer.accumulator import BufferPool, ProducerBatch, RecordAccumulator
 from backbone.client.producer.batch_builder import new_batch_builder
 from backbone.client.producer.partitioner import partition_for_key
@@ -189,6 +191,93 @@ async def test_records_expire_after_delivery_timeout(fake: FakeCluster) -> None:
             KafkaTimeoutError, match=r"expiring 1 record\(s\) for orphan-0.*delivery.timeout.ms"
         ):
             await future
+
+
+async def test_a_sent_batch_left_unanswered_expires_at_delivery_timeout(fake: FakeCluster) -> None:
+    # The broker takes the request and hangs. Each request's own timeout (and the retry it allows) must
+    # not stretch the wait: the batch fails once delivery.timeout.ms passed since it was made, as Kafka's.
+    fake.produce_answers.clear()
+    async with producer(fake, request_timeout_ms=400, linger_ms=0, delivery_timeout_ms=500) as p:
+        future = await p.send("t", b"v", partition=0)
+        with pytest.raises(
+            KafkaTimeoutError, match=r"expiring 1 record\(s\) for t-0: \d+ ms passed .*delivery.timeout.ms"
+        ):
+            await future
+        assert p.metrics()["batches_in_flight"] == 0
+        fake.produce_answers.set()  # the held answers arrive late (or on a closed connection): ignored
+        assert (await p.send_and_wait("t", b"after", partition=0)).partition == 0
+        await p.flush(timeout=5)
+        assert p.metrics()["buffer_available_bytes"] == p.pool.total, "a late answer released memory twice"
+
+
+async def test_a_batch_answered_after_it_expired_in_flight_is_not_settled_again(fake: FakeCluster) -> None:
+    # A request timeout above the delivery timeout's share keeps the connection open, so the broker's
+    # answer does come, after the batch expired.
+    fake.produce_answers.clear()
+    async with producer(fake, request_timeout_ms=2000, linger_ms=0, delivery_timeout_ms=2000) as p:
+        p.sender.accumulator.delivery_timeout = 0.3  # below the floor the config allows, for the test
+        future = await p.send("t", b"late", partition=0)
+        with pytest.raises(KafkaTimeoutError, match=r"delivery\.timeout\.ms"):
+            await future
+        fake.produce_answers.set()
+        metadata = await p.send_and_wait("t", b"next", partition=0)
+        await p.flush(timeout=5)
+        assert p.metrics()["buffer_available_bytes"] == p.pool.total
+        assert future.exception() is not None, "the expired record's outcome changed when the answer came"
+    # The late batch was written (an expired record's outcome is unknown to its sender, as in Kafka).
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"late", b"next"]
+    assert metadata.offset == 1
+
+
+async def test_an_unexpected_error_reading_an_answer_retries_its_batches_and_loses_nothing(
+    fake: FakeCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A defect after the broker wrote the batch (here: decoding its answer fails once). The batches are
+    # treated as unanswered: retried, and the idempotent producer's retry is not written twice.
+    real_decode = sender_module.decode_produce_response
+    faults = iter([RuntimeError("a defect decoding the answer")])
+
+    def decode_failing_once(*args: Any) -> Any:
+        fault = next(faults, None)
+        if fault is not None:
+            raise fault
+        return real_decode(*args)
+
+    monkeypatch.setattr(sender_module, "decode_produce_response", decode_failing_once)
+    with caplog.at_level(logging.WARNING, logger=sender_module.__name__):
+        async with producer(fake, linger_ms=0) as p:
+            futures = [await p.send("t", b"%d" % i, partition=0) for i in range(3)]
+            metadata = [await f for f in futures]
+            await p.flush(timeout=5)
+            assert p.metrics()["buffer_available_bytes"] == p.pool.total
+    assert any("event=produce_request_failed node=0" in r.getMessage() for r in caplog.records)
+    assert any("event=batch_retry partition=t-0" in r.getMessage() for r in caplog.records)
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"0", b"1", b"2"]
+    assert [m.offset for m in metadata] == [0, 1, 2]
+
+
+async def test_a_failed_sender_round_is_logged_and_the_next_round_delivers(
+    fake: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger=sender_module.__name__):
+        async with producer(fake, linger_ms=0) as p:
+            await p.send_and_wait("t", b"before", partition=0)
+            accumulator = p.sender.accumulator
+            real_expire = accumulator.expire_locked
+            faults = iter([RuntimeError("a defect in a round")])
+
+            def expire_failing_once(now: float) -> list[ProducerBatch]:
+                fault = next(faults, None)
+                if fault is not None:
+                    raise fault
+                return real_expire(now)
+
+            accumulator.expire_locked = expire_failing_once  # type: ignore[method-assign]
+            metadata = await p.send_and_wait("t", b"after", partition=0)
+            assert next(faults, None) is None, "the fault was not reached"
+    assert any("event=sender_round_failed" in r.getMessage() for r in caplog.records)
+    assert metadata.offset == 1
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"before", b"after"]
 
 
 async def test_an_unknown_topic_fails_after_max_block(fake: FakeCluster) -> None:

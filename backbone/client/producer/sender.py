@@ -1,11 +1,12 @@
 """The producer's sender: drains ready batches to partition leaders and handles the answers.
 
-One task on the event loop. Each round it fails batches whose `delivery.timeout.ms` passed, takes the head
-batch of every partition that is ready and whose leader has a ready connection with a free in-flight slot
-(`max.in.flight.requests.per.connection`), groups them into one Produce request per leader (up to
-`max.request.size`), and sends each request from its own task so answers are handled as they come. It
-sleeps until a batch lingers long enough, a retry backoff ends, or someone wakes it (`wakeup`: a send
-filled or opened a batch, an answer freed a slot, metadata changed, a connection became ready).
+One task on the event loop. Each round it fails batches whose `delivery.timeout.ms` passed (waiting, or
+sent and unanswered), takes the head batch of every partition that is ready and whose leader has a ready
+connection with a free in-flight slot (`max.in.flight.requests.per.connection`), groups them into one
+Produce request per leader (up to `max.request.size`), and sends each request from its own task so answers
+are handled as they come. It sleeps until a batch lingers long enough, a retry backoff ends, an in-flight
+batch expires, or someone wakes it (`wakeup`: a send filled or opened a batch, an answer freed a slot,
+metadata changed, a connection became ready).
 
 Errors: retriable ones (leader moved, not enough replicas, timeouts, lost connections) put the batch back
 at the front of its queue after `retry.backoff.ms` (doubling up to `retry.backoff.max.ms`) until `retries`
@@ -82,6 +83,8 @@ class Sender:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = -1
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = defaultdict(list)
+        self._in_flight_expiry = float("inf")
+        """No in-flight batch expires before this (monotonic seconds; settled ones may make it early)."""
         self._node_requests: dict[int, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[int] = set()
@@ -202,6 +205,7 @@ class Sender:
         expired, requests, blocked, next_due = self._collect(now, drain, only_node)
         for batch in expired:
             self._expire(batch, now)
+        next_due = min(next_due, self._expire_in_flight(now))
         if state is not None and not state.has_producer_id:
             return {}, _NEEDS_PRODUCER_ID if self.accumulator.has_pending() else float("inf")
         if state is not None and state.bump_required:
@@ -217,6 +221,7 @@ class Sender:
                 if state is not None:
                     state.assign(batch)
                 self._in_flight[batch.tp].append(batch)
+                self._in_flight_expiry = min(self._in_flight_expiry, batch.deadline)
         if blocked:
             next_due = min(next_due, _POLL_WHEN_BLOCKED)
         return requests, next_due if next_due > 0 or not blocked else _POLL_WHEN_BLOCKED
@@ -266,6 +271,26 @@ class Sender:
                 requests.setdefault(leader, []).append(queue.popleft())
             next_due = accumulator.next_ready_in_locked(now)
         return expired, requests, blocked, next_due
+
+    def _expire_in_flight(self, now: float) -> float:
+        """Fail the in-flight batches whose `delivery.timeout.ms` passed, as Kafka's producer does: a broker
+        that took the request and hangs must not hold the records past it (each retry's request timeout
+        would otherwise start the wait again). Their requests stay open; a late answer finds them done and
+        is ignored. Returns the seconds until the next in-flight batch expires."""
+        if now < self._in_flight_expiry:  # the common case, checked at every answer: no scan
+            return self._in_flight_expiry - now
+        soonest = float("inf")
+        expired = []
+        for batches in self._in_flight.values():
+            for batch in batches:
+                if batch.deadline <= now:
+                    expired.append(batch)
+                else:
+                    soonest = min(soonest, batch.deadline - now)
+        for batch in expired:
+            self._expire(batch, now)
+        self._in_flight_expiry = now + soonest
+        return soonest
 
     def _node_can_send(self, node_id: int) -> bool:
         conn = self.cluster.connection_if_ready(node_id)
@@ -345,8 +370,7 @@ class Sender:
             log.exception("event=produce_request_failed node=%d", node_id)
             failure = KafkaConnectionError(f"producing to broker {node_id} failed: {error!r}")
             for batch in batches:
-                if not batch.done:
-                    self._settle_error(batch, failure, -1)
+                self._settle_error(batch, failure, -1)
 
     async def _exchange(self, node_id: int, batches: list[ProducerBatch]) -> None:
         """One Produce request and its answer, each batch settled by what the broker said of it."""
@@ -395,6 +419,8 @@ class Sender:
             self._succeed(batch, -1, -1)
 
     def _settle(self, batch: ProducerBatch, result: ProducedPartition) -> None:
+        if batch.done:
+            return  # expired while its request was out (`_expire_in_flight`): the answer comes too late
         code = result.error_code
         if code == ErrorCode.none or code == ErrorCode.duplicate_sequence_number:
             # DUPLICATE_SEQUENCE_NUMBER: an old broker saying it already has the batch; it is written.
@@ -417,6 +443,8 @@ class Sender:
             self.on_acknowledged(batch)
 
     def _settle_error(self, batch: ProducerBatch, error: BaseException, log_start_offset: int) -> None:
+        if batch.done:
+            return  # expired while its request was out: it is not retried
         self._forget_in_flight(batch)
         code = getattr(error, "code", None)
         if code in METADATA_ERRORS:

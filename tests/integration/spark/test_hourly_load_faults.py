@@ -18,7 +18,6 @@ import signal
 from collections import Counter
 from datetime import UTC, datetime
 
-import pyarrow.dataset as ds
 import pytest
 from hourly_load_support import (
     HOUR,
@@ -38,6 +37,7 @@ from backbone.client import Admin, Consumer, TopicPartition
 from backbone.client.audit.reading import read_audit_counts
 from backbone.dev import topology
 from tests.helpers.waiting import wait_until
+from tests.helpers.warehouse import partition_offsets
 
 MANIFESTS = ("_etl", "manifests")
 
@@ -102,13 +102,6 @@ def test_run_killed_after_its_commit_is_finished_by_the_next(backbone, tmp_path,
     for key, marker in hours.items():
         assert marker["loaded"] == marker["expected"] == marker["tiers"]["producer"] > 0, key
     assert sum(m["loaded"] for m in hours.values()) == len(expected)
-
-
-def partition_offsets(warehouse, topic: str) -> Counter:
-    table = ds.dataset(warehouse / topic, format="parquet", partitioning="hive").to_table(
-        columns=["kafka_partition", "kafka_offset"]
-    )
-    return Counter(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
 
 
 @pytest.mark.timeout(900)
