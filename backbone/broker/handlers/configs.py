@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.handlers.admin_common import AdminPieces, admin_pieces, error_of
-from backbone.broker.handlers.common import build, register_all, response_module, throttle
+from backbone.broker.handlers.admin_common import AdminPieces, error_of
+from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.handlers.config_catalog import (
     ConfigEntry,
     ConfigSource,
@@ -42,7 +42,7 @@ from backbone.protocol.errors import (
 )
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,6 @@ BROKER = 4
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, configs_handlers(admin_pieces(broker)))
 
 
 def configs_handlers(admin: AdminPieces) -> dict[ApiKey, Handler]:

@@ -12,7 +12,6 @@ from backbone.broker.handlers.common import (
     build,
     by_topic,
     error_code_of,
-    register_all,
     response_module,
     throttle,
 )
@@ -21,11 +20,7 @@ from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, group_deletion_handlers(broker.group_coordinator))
+    pass
 
 
 def group_deletion_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

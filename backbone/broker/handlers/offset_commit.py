@@ -16,11 +16,7 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.OFFSET_COMMIT, offset_commit_handler(broker.group_coordinator))
+    pass
 
 
 def offset_commit_handler(coordinator: GroupCoordinator) -> Handler:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.handlers.admin_common import AdminPieces, MetadataWaiter, admin_pieces, error_of
-from backbone.broker.handlers.common import build, millis, register_all, response_module, throttle
+from backbone.broker.handlers.admin_common import AdminPieces, MetadataWaiter, error_of
+from backbone.broker.handlers.common import build, millis, response_module, throttle
 from backbone.broker.handlers.config_catalog import describe_topic, validate_topic_overrides
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import TopicAssignment, paths
@@ -33,16 +33,12 @@ from backbone.protocol.errors import (
 )
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
+    pass
 
 log = logging.getLogger(__name__)
 
 # Kafka's "use the broker default" for num_partitions and replication_factor.
 USE_DEFAULT = -1
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, topics_handlers(admin_pieces(broker), broker.metadata_waiter))
 
 
 def topics_handlers(admin: AdminPieces, waiter: MetadataWaiter) -> dict[ApiKey, Handler]:
