@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from backbone.broker.network import Handler, RequestContext
 from backbone.protocol.api import ApiTable
-
-if TYPE_CHECKING:
-    pass
 
 
 def api_versions_handler(table: ApiTable) -> Handler:

@@ -6,7 +6,7 @@ subscribe to is not deleted either (GROUP_SUBSCRIBED_TO_TOPIC), as in Kafka.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backbone.broker.handlers.common import (
     build,
@@ -18,9 +18,6 @@ from backbone.broker.handlers.common import (
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.protocol.api import ApiKey
-
-if TYPE_CHECKING:
-    pass
 
 
 def group_deletion_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

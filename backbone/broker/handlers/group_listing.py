@@ -8,7 +8,7 @@ coordinator, and lists groups by asking every broker.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
@@ -16,9 +16,6 @@ from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group_types import GroupDescription, GroupState
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    pass
 
 # The group operations a client may perform (Kafka's AclOperation codes READ, DELETE, DESCRIBE): everything,
 # since this broker has no authorizer yet.

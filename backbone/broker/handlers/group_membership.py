@@ -9,7 +9,7 @@ requests queue behind them, as on Kafka's brokers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
@@ -18,9 +18,6 @@ from backbone.consumer_groups.group import Group
 from backbone.consumer_groups.group_types import JoinResult
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    pass
 
 # JoinGroup v4+ clients accept MEMBER_ID_REQUIRED (KIP-394); older ones get their member id in one round.
 FIRST_VERSION_REQUIRING_MEMBER_ID = 4

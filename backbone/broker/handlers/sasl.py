@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.static.primitive import i64Timedelta
 
@@ -17,9 +17,6 @@ from backbone.broker.network import Connection, Handler, RequestContext
 from backbone.broker.security.sasl import AuthenticationFailed, SaslAuthenticator
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    pass
 
 
 def _close_after_answer(connection: Connection) -> None:
