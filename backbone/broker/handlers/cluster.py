@@ -14,7 +14,6 @@ from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
     from backbone.broker.metadata_cache import MetadataCache
-    from backbone.broker.server import Broker
 
 # DescribeCluster v1's endpoint types.
 BROKER_ENDPOINT = 1
@@ -46,10 +45,6 @@ _TOPIC_OPERATIONS = (
     11,  # ALTER_CONFIGS
 )
 ALL_TOPIC_OPERATIONS = sum(1 << code for code in _TOPIC_OPERATIONS)
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.DESCRIBE_CLUSTER, describe_cluster_handler(broker.cache))
 
 
 def describe_cluster_handler(cache: MetadataCache) -> Handler:

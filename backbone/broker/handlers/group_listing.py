@@ -8,17 +8,14 @@ coordinator, and lists groups by asking every broker.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from backbone.broker.handlers.common import build, error_code_of, register_all, response_module, throttle
+from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group_types import GroupDescription, GroupState
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
 
 # The group operations a client may perform (Kafka's AclOperation codes READ, DELETE, DESCRIBE): everything,
 # since this broker has no authorizer yet.
@@ -27,10 +24,6 @@ AUTHORIZED_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
 _UNKNOWN_GROUP = GroupDescription(GroupState.DEAD, "", "", [])
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, group_listing_handlers(broker.group_coordinator))
 
 
 def group_listing_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

@@ -18,7 +18,6 @@ from backbone.broker.handlers.common import error_code_of, error_message_of
 from backbone.broker.network import Handler, RequestContext
 from backbone.broker.quotas import charge_produce
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
-from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
@@ -38,14 +37,8 @@ if TYPE_CHECKING:
     from backbone.broker.metrics import BrokerMetrics
     from backbone.broker.replica_manager import ReplicaManager
     from backbone.broker.security.authorizer import Authorizer
-    from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
-
-
-def register(broker: Broker) -> None:
-    handler = produce_handler(broker.replicas, broker.authorizer, broker.config, broker.metrics)
-    broker.api_table.register(ApiKey.PRODUCE, handler)
 
 
 def produce_handler(
