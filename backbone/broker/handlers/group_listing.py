@@ -18,11 +18,9 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from backbone.broker.security.authorizer import Authorizer
     from backbone.broker.server import Broker
 
-# The group operations a client may perform (Kafka's AclOperation codes READ, DELETE, DESCRIBE): everything,
-# since this broker has no authorizer yet.
-AUTHORIZED_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 # DescribeGroups' value when the client did not ask for authorized operations.
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
@@ -30,20 +28,22 @@ _UNKNOWN_GROUP = GroupDescription(GroupState.DEAD, "", "", [])
 
 
 def register(broker: Broker) -> None:
-    register_all(broker.api_table, group_listing_handlers(broker.group_coordinator))
+    register_all(broker.api_table, group_listing_handlers(broker.group_coordinator, broker.authorizer))
 
 
-def group_listing_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:
+def group_listing_handlers(coordinator: GroupCoordinator, authorizer: Authorizer) -> dict[ApiKey, Handler]:
     async def describe_groups(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_GROUPS, context.api_version)
-        operations = (
-            AUTHORIZED_GROUP_OPERATIONS
-            if getattr(request, "include_authorized_operations", False)
-            else OPERATIONS_NOT_REQUESTED
-        )
+        asked = getattr(request, "include_authorized_operations", False)
         described = []
         for group_id in request.groups:
+            # What the principal may do to the group, where asked (Kafka's READ, DELETE and DESCRIBE).
+            operations = (
+                authorizer.authorized_operations(context, "GROUP", group_id)
+                if asked
+                else OPERATIONS_NOT_REQUESTED
+            )
             error = ErrorCode.none
             try:
                 group = coordinator.group(group_id)
