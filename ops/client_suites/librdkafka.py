@@ -569,13 +569,14 @@ def main(argv: list[str] | None = None) -> int:
         f"librdkafka {VERSION}: {figures['passed']} passed, {figures['failed']} failed, "
         f"{figures['skipped']} skipped in {figures['seconds']} s"
     )
+    status = 1 if figures["failed"] or not figures["passed"] else 0  # of this run, merged or not
     if args.result:
         if args.update:
             numbers = {name[:4] for name in run.outcomes}
             figures = results.merge(json.loads(args.result.read_text()), figures, numbers)
         args.result.parent.mkdir(parents=True, exist_ok=True)
         args.result.write_text(json.dumps(figures, indent=2) + "\n")
-    return 1 if figures["failed"] or not figures["passed"] else 0
+    return status
 
 
 if __name__ == "__main__":

@@ -4,7 +4,16 @@ not run the whole suite again."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# A test's number and the name after it: `0142_reauthentication[sub] on x` and `0142[sub] on x` (the name a
+# runner gives an outcome when the test's own summary is missing) are the same test.
+_TEST_NAME = re.compile(r"^(\d{4})\w*")
+
+
+def _key(test: str) -> str:
+    return _TEST_NAME.sub(r"\1", test)
 
 
 def merge(earlier: dict[str, Any], later: dict[str, Any], numbers: set[str]) -> dict[str, Any]:
@@ -13,12 +22,12 @@ def merge(earlier: dict[str, Any], later: dict[str, Any], numbers: set[str]) -> 
     Passed tests are known by name from `passed_tests`; a file written before that field counted its passed
     tests only, so a test `later` ran that it counted as passed would be counted twice: `later` must then
     run only tests that file did not pass (its failures and left-out tests, or new ones)."""
-    ran = {item["test"] for key in ("failures", "left_out") for item in later[key]}
-    ran |= set(later["passed_tests"])
+    ran = {_key(item["test"]) for key in ("failures", "left_out") for item in later[key]}
+    ran |= {_key(name) for name in later["passed_tests"]}
     earlier_passed = earlier.get("passed_tests", [])
-    kept_passed = [name for name in earlier_passed if name not in ran]
-    failures = [f for f in earlier.get("failures", []) if f["test"] not in ran] + later["failures"]
-    left_out = [e for e in earlier["left_out"] if e["test"][:4] not in numbers and e["test"] not in ran]
+    kept_passed = [name for name in earlier_passed if _key(name) not in ran]
+    failures = [f for f in earlier.get("failures", []) if _key(f["test"]) not in ran] + later["failures"]
+    left_out = [e for e in earlier["left_out"] if e["test"][:4] not in numbers and _key(e["test"]) not in ran]
     left_out += later["left_out"]
     return {
         **earlier,

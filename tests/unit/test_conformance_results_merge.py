@@ -48,3 +48,11 @@ def test_an_earlier_file_without_passed_names_keeps_its_count_for_tests_not_reru
     merged = merge(earlier, later, {"0003", "0097"})
     assert (merged["passed"], merged["failed"], merged["skipped"]) == (4, 0, 0)
     assert merged["passed_tests"] == ["0097 on sasl_ssl", "0003"]
+
+
+def test_a_test_is_the_same_whether_named_by_its_summary_or_by_its_number() -> None:
+    # A runner that crashed has no summary line: its failure is named by the number alone.
+    earlier = figures([], ["0142[do_test_consumer:] on reauth"], [])
+    later = figures(["0142_reauthentication[do_test_consumer:] on reauth"], [], [])
+    merged = merge(earlier, later, {"0142"})
+    assert (merged["passed"], merged["failed"], merged["failures"]) == (1, 0, [])
