@@ -21,8 +21,8 @@ from backbone.broker.connection_limits import ConnectionLimits
 from backbone.broker.controller.control_loop import Controller
 from backbone.broker.controller.liveness import Liveness
 from backbone.broker.group_coordination import GroupCoordination
-from backbone.broker.handlers import register_all
 from backbone.broker.handlers.admin_common import MetadataWaiter
+from backbone.broker.handlers.wiring import register_all
 from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
 from backbone.broker.network import Handler, Listener

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from backbone.dev.mirrors import AGGREGATE
-from backbone.dev.processes import start_until_line
+from backbone.dev.processes import start_role
 from backbone.dev.secure import DevSecurity
 
 READY_LINE = "event=audit_count_started"
@@ -66,18 +66,14 @@ def start(
         clusters[AGGREGATE]["bootstrap"],
         command_config=security.client_properties if security else None,
     )
-    output = directory / "auditors" / f"{tier}.out"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    name = f"audit count {tier}"
-    process = start_until_line(start_command, output, READY_LINE, name, timeout=READY_TIMEOUT_S)
-    started.append(process)
-    return {
-        "name": name,
-        "tier": tier,
-        "cluster": tier,
-        "pid": process.pid,
-        "start": start_command,
-        "marker": marker(tier, bootstrap),
-        "output": str(output),
-        "ready": READY_LINE,
-    }
+    return start_role(
+        f"audit count {tier}",
+        start_command,
+        directory / "auditors" / f"{tier}.out",
+        READY_LINE,
+        marker(tier, bootstrap),
+        started,
+        timeout=READY_TIMEOUT_S,
+        tier=tier,
+        cluster=tier,
+    )

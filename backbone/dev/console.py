@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backbone.dev.processes import start_until_line
+from backbone.dev.processes import start_role
 from backbone.dev.secure import DevSecurity, private_directory
 
 PREFERRED_PORT = 8080
@@ -82,21 +82,19 @@ def start(
     home = directory / "console"
     config = write_config(home, clusters, mirrors, port, host, interval_ms, users, security)
     command = [sys.executable, "-m", "backbone", "--log-level", "INFO", "console", "--config", str(config)]
-    output = home / "console.out"
-    process = start_until_line(command, output, READY_LINE, "console", timeout=READY_TIMEOUT_S)
-    started.append(process)
-    return {
-        "name": "console",
-        "url": f"http://{host}:{port}/",
-        "user": "operator",
-        "password": users["operator"][1],
-        "viewer_user": "viewer",
-        "viewer_password": users["viewer"][1],
-        "host": host,
-        "port": port,
-        "pid": process.pid,
-        "start": command,
-        "marker": f"console --config {config}",
-        "output": str(output),
-        "ready": READY_LINE,
-    }
+    return start_role(
+        "console",
+        command,
+        home / "console.out",
+        READY_LINE,
+        f"console --config {config}",
+        started,
+        timeout=READY_TIMEOUT_S,
+        url=f"http://{host}:{port}/",
+        user="operator",
+        password=users["operator"][1],
+        viewer_user="viewer",
+        viewer_password=users["viewer"][1],
+        host=host,
+        port=port,
+    )

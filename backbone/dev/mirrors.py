@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backbone.dev.processes import start_until_line
+from backbone.dev.processes import start_role
 from backbone.dev.secure import DevSecurity, write_properties
 
 AGGREGATE = "aggregate"
@@ -82,7 +82,7 @@ def start(
     source_bootstrap = clusters[source]["bootstrap"]
     target_bootstrap = clusters[target]["bootstrap"]
     output = directory / "mirrors" / f"{source}-to-{target}.out"
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output.parent.mkdir(parents=True, exist_ok=True)  # the properties file goes beside the output
     config = None
     if security is not None:  # the audit publisher goes to the target cluster with the target's settings
         client = security.client_settings()
@@ -94,19 +94,17 @@ def start(
             },
         )
     start_command = command(source, target, source_bootstrap, target_bootstrap, metrics_port, config=config)
-    name = f"mirror {source} -> {target}"
-    process = start_until_line(start_command, output, READY_LINE, name, timeout=READY_TIMEOUT_S)
-    started.append(process)
-    return {
-        "name": name,
-        "source": source,
-        "target": target,
-        "group": group_id(source, target),
-        "host": host,
-        "metrics_port": metrics_port,
-        "pid": process.pid,
-        "start": start_command,
-        "marker": marker(source_bootstrap, target_bootstrap),
-        "output": str(output),
-        "ready": READY_LINE,
-    }
+    return start_role(
+        f"mirror {source} -> {target}",
+        start_command,
+        output,
+        READY_LINE,
+        marker(source_bootstrap, target_bootstrap),
+        started,
+        timeout=READY_TIMEOUT_S,
+        source=source,
+        target=target,
+        group=group_id(source, target),
+        host=host,
+        metrics_port=metrics_port,
+    )

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from backbone.coordination import find_free_port
 
@@ -105,6 +106,34 @@ def start_until_line(
             process.kill()
             process.wait()
         raise
+
+
+def start_role(
+    name: str,
+    command: list[str],
+    output: Path,
+    ready_line: str,
+    marker: str,
+    started: list[subprocess.Popen[bytes]],
+    *,
+    timeout: float,
+    **details: Any,
+) -> dict[str, Any]:
+    """Start a dev role's process detached until its output holds `ready_line`, and return its topology.json
+    entry (`details` after its name). The process is appended to `started` so that a caller can stop it
+    when a later step fails; `marker` is what only its command line holds, to find it again."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    process = start_until_line(command, output, ready_line, name, timeout=timeout)
+    started.append(process)
+    return {
+        "name": name,
+        **details,
+        "pid": process.pid,
+        "start": command,
+        "marker": marker,
+        "output": str(output),
+        "ready": ready_line,
+    }
 
 
 def wait_listening(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backbone.dev.processes import start_until_line
+from backbone.dev.processes import start_role
 from backbone.dev.secure import DevSecurity, write_properties
 
 PREFERRED_PORT = 8081
@@ -52,21 +52,18 @@ def start(
     config = write_config(
         directory / "schema-registry" / "registry.properties", bootstrap, host, port, security
     )
-    output = directory / "schema-registry" / "registry.out"
-    start_command = command(config)
-    process = start_until_line(start_command, output, READY_LINE, "schema registry", timeout=READY_TIMEOUT_S)
-    started.append(process)
-    return {
-        "name": "schema registry",
-        "url": f"http://{host}:{port}",
-        "host": host,
-        "port": port,
-        "pid": process.pid,
-        "start": start_command,
-        "marker": str(config),
-        "output": str(output),
-        "ready": READY_LINE,
-    }
+    return start_role(
+        "schema registry",
+        command(config),
+        directory / "schema-registry" / "registry.out",
+        READY_LINE,
+        str(config),
+        started,
+        timeout=READY_TIMEOUT_S,
+        url=f"http://{host}:{port}",
+        host=host,
+        port=port,
+    )
 
 
 def generator_command(
@@ -121,17 +118,12 @@ def start_generator(
         rate,
         command_config=security.client_properties if security else None,
     )
-    output = directory / "generators" / f"{datacenter}.out"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    name = f"generator {datacenter}"
-    process = start_until_line(start_command, output, GENERATOR_READY_LINE, name, timeout=READY_TIMEOUT_S)
-    started.append(process)
-    marker = f"generate --bootstrap-server {bootstrap}"
-    return {
-        "name": name,
-        "pid": process.pid,
-        "start": start_command,
-        "marker": marker,
-        "output": str(output),
-        "ready": GENERATOR_READY_LINE,
-    }
+    return start_role(
+        f"generator {datacenter}",
+        start_command,
+        directory / "generators" / f"{datacenter}.out",
+        GENERATOR_READY_LINE,
+        f"generate --bootstrap-server {bootstrap}",
+        started,
+        timeout=READY_TIMEOUT_S,
+    )

@@ -6,6 +6,8 @@ and publishes the counts (message format: backbone/client/audit/counts.py) to th
 cluster it is told to publish to. Its offsets are committed only after the counts covering them were
 acknowledged, so a process killed at any moment loses no count; it may count some records twice (the
 ones read after the last commit), which the report shows as extra records at that tier, never as missing.
+A process that stays up does not: when its partitions come back after a commit was lost (the member was
+dropped from its group between publishing and committing), it resumes where its published counts end.
 
 Run one per datacenter cluster (tier `dc1`, ...) and one on the aggregate cluster (tier `aggregate`);
 several processes with the same tier share the partitions through their group.
@@ -97,6 +99,11 @@ class ClusterAuditor(ConsumerRebalanceListener):
         )
         self._positions: dict[TopicPartition, int] = {}  # next offset after what was counted
         self._committed: dict[TopicPartition, int] = {}
+        # Next offset after what this process's acknowledged counts cover, kept across rebalances: a member
+        # dropped from its group between publishing and committing gets its partitions back from the older
+        # committed offset, and must not count those records twice (a double count at a baseline tier
+        # would show as records missing in the aggregate).
+        self._published: dict[TopicPartition, int] = {}
         self._last_checkpoint = time.monotonic()
         self.counted_total = 0
         self.counter.announce()
@@ -137,6 +144,7 @@ class ClusterAuditor(ConsumerRebalanceListener):
         }
         if not await self.publisher.publish():
             return  # not committed: counted again after a restart rather than lost
+        self._published.update(self._positions)
         if not covered:
             return
         try:
@@ -150,6 +158,29 @@ class ClusterAuditor(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.checkpoint(revoked)
         self._drop(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Resume where this process's published counts end, when that is past the committed offset."""
+        published = {tp: self._published[tp] for tp in assigned if tp in self._published}
+        if not published:
+            return
+        try:
+            committed = await self.consumer.committed(set(published))
+        except (KafkaError, KafkaClientError) as error:
+            log.warning("event=audit_committed_lookup_failed error=%r", str(error))
+            return  # the committed offsets then: some records may be counted twice, none lost
+        for tp, offset in published.items():
+            found = committed.get(tp)
+            if found is None or found.offset < offset:
+                log.info(
+                    "event=audit_resumed_after_published topic=%s partition=%d committed=%s published=%d",
+                    tp.topic,
+                    tp.partition,
+                    None if found is None else found.offset,
+                    offset,
+                )
+                self.consumer.seek(tp, offset)
+                self._positions[tp] = offset  # committed at the next checkpoint
 
     async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
         self._drop(lost)

@@ -141,13 +141,21 @@ def encode_request(api_key: int, version: int, /, **values: Any) -> bytes:
 
 
 def group_by_topic(
-    rows: Iterable[tuple[Any, dict[str, Any]]], name_field: str = "name"
+    rows: Iterable[tuple[Any, Any]], name_field: str = "name", partitions_field: str = "partitions"
 ) -> list[dict[str, Any]]:
-    """(topic-partition, row) pairs as the topics -> partitions nesting per-partition requests use."""
-    topics: dict[str, list[dict[str, Any]]] = {}
+    """(topic-partition, row) pairs as the topics -> partitions nesting per-partition requests use; a row is
+    a partition's fields, or its bare index where the request lists only indexes."""
+    topics: dict[str, list[Any]] = {}
     for (topic, _), row in rows:
         topics.setdefault(topic, []).append(row)
-    return [{name_field: topic, "partitions": partitions} for topic, partitions in topics.items()]
+    return [{name_field: topic, partitions_field: partitions} for topic, partitions in topics.items()]
+
+
+def indexes_by_topic(
+    partitions: Iterable[tuple[str, int]], name_field: str = "name", indexes_field: str = "partition_indexes"
+) -> list[dict[str, Any]]:
+    """Topic-partitions as the topics -> partition indexes nesting of requests that only name partitions."""
+    return group_by_topic(((tp, tp[1]) for tp in partitions), name_field, indexes_field)
 
 
 def pick_version(api_key: int, client: VersionRange, broker_min: int, broker_max: int) -> int | None:

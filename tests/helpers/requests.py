@@ -16,13 +16,22 @@ def millis(ms: int) -> i32Timedelta:
 
 
 def produce_request(topic: str, partition: int, records: bytes, acks: int = -1) -> produce.ProduceRequest:
+    return produce_request_for(topic, {partition: records}, acks)
+
+
+def produce_request_for(topic: str, records: dict[int, bytes], acks: int = -1) -> produce.ProduceRequest:
+    """One Produce request with a record set for each of the topic's partitions named in `records`."""
     return produce.ProduceRequest(
         transactional_id=None,
         acks=acks,
         timeout=millis(10_000),
         topic_data=(
             produce.TopicProduceData(
-                name=topic, partition_data=(produce.PartitionProduceData(index=partition, records=records),)
+                name=topic,
+                partition_data=tuple(
+                    produce.PartitionProduceData(index=index, records=batch)
+                    for index, batch in records.items()
+                ),
             ),
         ),
     )

@@ -297,5 +297,8 @@ def generated_audit(aggregate: str, topic: str) -> str:
         done, report[0] = audit_report(aggregate, topic, "--baseline-tier", "dc1,dc2")
         return done
 
-    wait_for(audited, CATCH_UP_S, f"the audit report of {topic} to say complete", 3)
+    try:
+        wait_for(audited, CATCH_UP_S, f"the audit report of {topic} to say complete", 3)
+    except pytest.fail.Exception as timed_out:
+        pytest.fail(f"{timed_out}; its last report:\n{report[0]}")
     return report[0]

@@ -18,7 +18,14 @@ from backbone.protocol.errors import UnsupportedVersionError
 from backbone.protocol.framing import read_frame
 from backbone.wire.connection import BrokerConnection, decode_kio, encode_kio
 from backbone.wire.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
-from backbone.wire.messages import CLIENT_VERSIONS, build_request, build_response, negotiate, pick_version
+from backbone.wire.messages import (
+    CLIENT_VERSIONS,
+    build_request,
+    build_response,
+    indexes_by_topic,
+    negotiate,
+    pick_version,
+)
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = pytest.mark.unit
@@ -329,3 +336,13 @@ def test_backoff_grows_exponentially_with_jitter_up_to_the_maximum() -> None:
     assert 80 <= backoff_ms(100, 1000, 1) <= 120
     assert 160 <= backoff_ms(100, 1000, 2) <= 240
     assert 800 <= backoff_ms(100, 1000, 10) <= 1200
+
+
+def test_partitions_nest_under_their_topics_in_the_order_topics_first_appear() -> None:
+    partitions = [("b", 1), ("a", 0), ("b", 0)]
+    assert indexes_by_topic(partitions) == [
+        {"name": "b", "partition_indexes": [1, 0]},
+        {"name": "a", "partition_indexes": [0]},
+    ]
+    # ElectLeaders names its fields differently.
+    assert indexes_by_topic(partitions, "topic", "partitions")[1] == {"topic": "a", "partitions": [0]}

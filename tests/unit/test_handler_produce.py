@@ -3,6 +3,8 @@ appends, what it refuses, and that min.insync.replicas refuses before anything i
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -11,7 +13,7 @@ from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from tests.helpers.batches import build_batch
 from tests.helpers.broker_pieces import BrokerPieces, pieces_fixture
 from tests.helpers.handler_context import decoded_answer, handler_context
-from tests.helpers.requests import produce_request
+from tests.helpers.requests import produce_request, produce_request_for
 
 pytestmark = pytest.mark.unit
 
@@ -86,3 +88,23 @@ async def test_acks_outside_0_1_and_all_are_refused(pieces) -> None:
     answer = await produce(pieces, "t", 0, build_batch(1), acks=2)
     assert answer.error_code == ErrorCode.invalid_required_acks
     assert partition.log.log_end_offset == 0
+
+
+async def test_acks_all_appends_every_partition_before_waiting_for_any(pieces) -> None:
+    """As Kafka's delayed produce: a request naming several partitions waits one replication round trip,
+    not one per partition (each partition's followers fetch what was appended in the same round)."""
+    first, second = pieces.lead("t", 0, (1, 2)), pieces.lead("t", 1, (1, 2))
+    handle = produce_handler(pieces.replicas, pieces.authorizer, pieces.config, None)
+    request = produce_request_for("t", {0: build_batch(2), 1: build_batch(3)}, acks=-1)
+    answering = asyncio.create_task(handle(handler_context(request)))
+    await asyncio.sleep(0.05)
+    assert not answering.done(), "acks=all waits for the follower"
+    assert (first.log.log_end_offset, second.log.log_end_offset) == (2, 3), "both appended before any wait"
+    second.update_follower(2, 3)
+    first.update_follower(2, 2)
+    answer = decoded_answer(request, await asyncio.wait_for(answering, 5))
+    (topic_answer,) = answer.responses
+    assert [(p.index, p.error_code, p.base_offset) for p in topic_answer.partition_responses] == [
+        (0, ErrorCode.none, 0),
+        (1, ErrorCode.none, 0),
+    ]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.static.primitive import i8
 
 from backbone.broker.handlers.admin_common import ZooKeeperCall
-from backbone.broker.handlers.common import register_all, response_module, throttle
+from backbone.broker.handlers.common import response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import AclBinding
 from backbone.protocol.api import ApiKey
@@ -17,7 +17,6 @@ from backbone.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from backbone.broker.security.authorizer import Authorizer
-    from backbone.broker.server import Broker
     from backbone.coordination import ClusterStore
 
 # Kafka's wire codes (ResourceType, PatternType, AclOperation, AclPermissionType).
@@ -92,10 +91,6 @@ def matches(acl: AclBinding, spec: Any) -> bool:
         and code_ok("operation", acl.operation)
         and code_ok("permission_type", acl.permission)
     )
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, acls_handlers(broker.authorizer, broker.store, broker.zk))
 
 
 def acls_handlers(authorizer: Authorizer, store: ClusterStore, zk: ZooKeeperCall) -> dict[ApiKey, Handler]:

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from backbone.broker.network import Handler, RequestContext
-from backbone.protocol.api import ApiKey, ApiTable
-
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.API_VERSIONS, api_versions_handler(broker.api_table))
+from backbone.protocol.api import ApiTable
 
 
 def api_versions_handler(table: ApiTable) -> Handler:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.static.primitive import f64
 
-from backbone.broker.handlers.admin_common import error_of
+from backbone.broker.handlers.admin_common import ZooKeeperCall, error_of
 from backbone.broker.handlers.common import response_module, throttle
-from backbone.broker.network import RequestContext
+from backbone.broker.network import Handler, RequestContext
 from backbone.coordination.quotas import (
     ENTITY_TYPES,
     QuotaEntity,
@@ -26,7 +26,8 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, InvalidRequestError
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
+    from backbone.broker.security.authorizer import Authorizer
+    from backbone.coordination import ClusterStore
 
 # DescribeClientQuotas match types.
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
@@ -69,7 +70,9 @@ def matches(entity: QuotaEntity, wanted: Filter, strict: bool) -> bool:
     return True
 
 
-def register(broker: Broker) -> None:
+def client_quotas_handlers(
+    authorizer: Authorizer, store: ClusterStore, zk: ZooKeeperCall
+) -> dict[ApiKey, Handler]:
     async def describe(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, context.api_version)
@@ -79,13 +82,13 @@ def register(broker: Broker) -> None:
                 throttle_time=throttle(), error_code=code, error_message=message, entries=None
             )
 
-        if not broker.authorizer.check_cluster(context, "DESCRIBE_CONFIGS"):
+        if not authorizer.check_cluster(context, "DESCRIBE_CONFIGS"):
             return refused(
                 ErrorCode.cluster_authorization_failed, "DESCRIBE_CONFIGS on the cluster is needed"
             )
         try:
             wanted = parse_filter(request.components)
-            quotas = await broker.zk(broker.store.client_quotas)
+            quotas = await zk(store.client_quotas)
         except Exception as exc:
             return refused(*error_of(exc, "describe client quotas"))
         entries = tuple(
@@ -103,7 +106,7 @@ def register(broker: Broker) -> None:
     async def alter(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.ALTER_CLIENT_QUOTAS, context.api_version)
-        allowed = broker.authorizer.check_cluster(context, "ALTER_CONFIGS")
+        allowed = authorizer.check_cluster(context, "ALTER_CONFIGS")
         answers = []
         for entry in request.entries:
             code, message = ErrorCode.none, None
@@ -114,7 +117,7 @@ def register(broker: Broker) -> None:
                 )
             else:
                 try:
-                    await _alter(broker, entry, bool(request.validate_only))
+                    await _alter(store, zk, entry, bool(request.validate_only))
                 except Exception as exc:
                     code, message = error_of(exc, "alter client quotas")
             answers.append(
@@ -129,11 +132,10 @@ def register(broker: Broker) -> None:
             )
         return module.AlterClientQuotasResponse(throttle_time=throttle(), entries=tuple(answers))
 
-    broker.api_table.register(ApiKey.DESCRIBE_CLIENT_QUOTAS, describe)
-    broker.api_table.register(ApiKey.ALTER_CLIENT_QUOTAS, alter)
+    return {ApiKey.DESCRIBE_CLIENT_QUOTAS: describe, ApiKey.ALTER_CLIENT_QUOTAS: alter}
 
 
-async def _alter(broker: Broker, entry: Any, validate_only: bool) -> None:
+async def _alter(store: ClusterStore, zk: ZooKeeperCall, entry: Any, validate_only: bool) -> None:
     entity = make_quota_entity((e.entity_type, e.entity_name) for e in entry.entity)
     set_values: dict[str, float] = {}
     removed: list[str] = []
@@ -148,7 +150,7 @@ async def _alter(broker: Broker, entry: Any, validate_only: bool) -> None:
         else:
             set_values[op.key] = check_quota_value(op.key, float(op.value))
     if not validate_only:
-        await broker.zk(broker.store.alter_client_quota, entity, set_values, removed)
+        await zk(store.alter_client_quota, entity, set_values, removed)
 
 
 def _sort_key(entity: QuotaEntity) -> tuple[tuple[int, str], ...]:

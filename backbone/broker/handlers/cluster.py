@@ -15,7 +15,6 @@ from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
     from backbone.broker.metadata_cache import MetadataCache
-    from backbone.broker.server import Broker
 
 # DescribeCluster v1's endpoint types.
 BROKER_ENDPOINT = 1
@@ -23,11 +22,6 @@ CONTROLLER_ENDPOINT = 2
 
 # Kafka's value for "authorized operations not requested".
 NOT_REQUESTED = -(2**31)
-
-
-def register(broker: Broker) -> None:
-    handler = describe_cluster_handler(broker.cache, broker.authorizer)
-    broker.api_table.register(ApiKey.DESCRIBE_CLUSTER, handler)
 
 
 def describe_cluster_handler(cache: MetadataCache, authorizer: Authorizer) -> Handler:

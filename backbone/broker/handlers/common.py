@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from functools import cache
 from types import ModuleType
 from typing import Any, TypeVar
@@ -15,7 +15,6 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
 
-from backbone.protocol.api import ApiKey, ApiTable
 from backbone.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -65,9 +64,3 @@ def by_topic(rows: Iterable[tuple[str, T]]) -> dict[str, list[T]]:
     for topic, row in rows:
         grouped.setdefault(topic, []).append(row)
     return grouped
-
-
-def register_all(table: ApiTable[Any], handlers: Mapping[ApiKey, Any]) -> None:
-    """Serve each API of `handlers` with its handler (a family built from the pieces it needs)."""
-    for api_key, handler in handlers.items():
-        table.register(api_key, handler)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.handlers.admin_common import AdminPieces, admin_pieces, error_of
-from backbone.broker.handlers.common import build, register_all, response_module, throttle
+from backbone.broker.handlers.admin_common import AdminPieces, error_of
+from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.handlers.config_catalog import (
     ConfigEntry,
     ConfigSource,
@@ -41,9 +41,6 @@ from backbone.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
 log = logging.getLogger(__name__)
 
 # Resource types (Kafka's ConfigResource.Type).
@@ -52,10 +49,6 @@ BROKER = 4
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, configs_handlers(admin_pieces(broker)))
 
 
 def configs_handlers(admin: AdminPieces) -> dict[ApiKey, Handler]:

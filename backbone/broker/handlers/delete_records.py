@@ -21,16 +21,11 @@ from backbone.protocol.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from backbone.broker.replica_manager import ReplicaManager
-    from backbone.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
 # DeleteRecords' "delete everything below the high watermark".
 HIGH_WATERMARK = -1
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.DELETE_RECORDS, delete_records_handler(broker.replicas))
 
 
 def delete_records_handler(replicas: ReplicaManager) -> Handler:

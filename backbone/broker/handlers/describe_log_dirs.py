@@ -16,12 +16,6 @@ from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from backbone.broker.replica_manager import ReplicaManager
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    handler = describe_log_dirs_handler(broker.replicas, broker.config.log_dirs)
-    broker.api_table.register(ApiKey.DESCRIBE_LOG_DIRS, handler)
 
 
 def describe_log_dirs_handler(replicas: ReplicaManager, log_dirs: list[str]) -> Handler:

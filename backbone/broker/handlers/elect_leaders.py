@@ -11,11 +11,6 @@ from backbone.protocol.errors import ErrorCode, NotControllerError
 
 if TYPE_CHECKING:
     from backbone.broker.controller.requested_elections import Elections
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.ELECT_LEADERS, elect_leaders_handler(broker.controller.elections))
 
 
 def elect_leaders_handler(elections: Elections) -> Handler:

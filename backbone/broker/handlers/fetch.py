@@ -20,7 +20,6 @@ from backbone.broker.handlers.common import error_code_of, millis
 from backbone.broker.network import Handler, RequestContext
 from backbone.broker.quotas import charge_fetch, fetch_byte_limit
 from backbone.broker.region_sender import Regions
-from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     FencedLeaderEpochError,
     KafkaError,
@@ -35,11 +34,6 @@ if TYPE_CHECKING:
     from backbone.broker.partition import Partition
     from backbone.broker.replica_manager import ReplicaManager
     from backbone.broker.security.authorizer import Authorizer
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.FETCH, fetch_handler(broker.replicas, broker.authorizer, broker.metrics))
 
 
 def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: BrokerMetrics | None) -> Handler:

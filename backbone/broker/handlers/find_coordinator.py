@@ -21,7 +21,6 @@ from backbone.protocol.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from backbone.broker.group_coordination import GroupCoordination
     from backbone.broker.metadata_cache import MetadataCache
-    from backbone.broker.server import Broker
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -33,11 +32,6 @@ class Found(NamedTuple):
     node_id: int = -1
     host: str = ""
     port: int = -1
-
-
-def register(broker: Broker) -> None:
-    handler = find_coordinator_handler(broker.group_coordination, broker.cache)
-    broker.api_table.register(ApiKey.FIND_COORDINATOR, handler)
 
 
 def find_coordinator_handler(coordination: GroupCoordination, cache: MetadataCache) -> Handler:

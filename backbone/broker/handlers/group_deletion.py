@@ -6,26 +6,18 @@ subscribe to is not deleted either (GROUP_SUBSCRIBED_TO_TOPIC), as in Kafka.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backbone.broker.handlers.common import (
     build,
     by_topic,
     error_code_of,
-    register_all,
     response_module,
     throttle,
 )
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.protocol.api import ApiKey
-
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, group_deletion_handlers(broker.group_coordinator))
 
 
 def group_deletion_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

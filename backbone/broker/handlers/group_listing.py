@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backbone.broker.handlers.common import build, error_code_of, register_all, response_module, throttle
+from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group_types import GroupDescription, GroupState
@@ -19,16 +19,11 @@ from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from backbone.broker.security.authorizer import Authorizer
-    from backbone.broker.server import Broker
 
 # DescribeGroups' value when the client did not ask for authorized operations.
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
 _UNKNOWN_GROUP = GroupDescription(GroupState.DEAD, "", "", [])
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, group_listing_handlers(broker.group_coordinator, broker.authorizer))
 
 
 def group_listing_handlers(coordinator: GroupCoordinator, authorizer: Authorizer) -> dict[ApiKey, Handler]:

@@ -9,18 +9,15 @@ requests queue behind them, as on Kafka's brokers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from backbone.broker.handlers.common import build, error_code_of, register_all, response_module, throttle
+from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator
 from backbone.consumer_groups.group import Group
 from backbone.consumer_groups.group_types import JoinResult
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
 
 # JoinGroup v4+ clients accept MEMBER_ID_REQUIRED (KIP-394); older ones get their member id in one round.
 FIRST_VERSION_REQUIRING_MEMBER_ID = 4
@@ -42,10 +39,6 @@ def find_group(coordinator: GroupCoordinator, group_id: str, *, create: bool = F
 def client_host(context: RequestContext) -> str:
     """The client's address as Kafka shows it ("/127.0.0.1")."""
     return "/" + context.connection.peer.rsplit(":", 1)[0]
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, group_membership_handlers(broker.group_coordinator))
 
 
 def group_membership_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from backbone.broker.handlers.admin_common import ZooKeeperCall
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination.znodes import ProducerIdBlock
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
+    from backbone.coordination import ClusterStore
 
 BLOCK_SIZE = 1000
 
@@ -39,13 +40,13 @@ class ProducerIdAllocator:
             return producer_id
 
 
-def register(broker: Broker) -> None:
-    def reserve_block() -> Awaitable[ProducerIdBlock]:
-        return broker.zk(broker.store.allocate_producer_id_block, broker.broker_id, BLOCK_SIZE)
+def zookeeper_allocator(store: ClusterStore, zk: ZooKeeperCall, broker_id: int) -> ProducerIdAllocator:
+    """Ids from blocks of BLOCK_SIZE that `broker_id` reserves in ZooKeeper."""
 
-    broker.api_table.register(
-        ApiKey.INIT_PRODUCER_ID, init_producer_id_handler(ProducerIdAllocator(reserve_block))
-    )
+    def reserve_block() -> Awaitable[ProducerIdBlock]:
+        return zk(store.allocate_producer_id_block, broker_id, BLOCK_SIZE)
+
+    return ProducerIdAllocator(reserve_block)
 
 
 def init_producer_id_handler(allocator: ProducerIdAllocator) -> Handler:

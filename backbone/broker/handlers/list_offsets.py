@@ -16,15 +16,10 @@ from backbone.protocol.records import OFFSET, TIMESTAMP, decode_batch
 if TYPE_CHECKING:
     from backbone.broker.partition import Partition
     from backbone.broker.replica_manager import ReplicaManager
-    from backbone.broker.server import Broker
 
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.LIST_OFFSETS, list_offsets_handler(broker.replicas))
 
 
 def list_offsets_handler(replicas: ReplicaManager) -> Handler:

@@ -32,25 +32,9 @@ if TYPE_CHECKING:
     from backbone.broker.config import BrokerConfig
     from backbone.broker.metadata_cache import MetadataCache
     from backbone.broker.security.authorizer import Authorizer
-    from backbone.broker.server import Broker
     from backbone.coordination import ClusterStore
 
 log = logging.getLogger(__name__)
-
-
-def register(broker: Broker) -> None:
-    creation = TopicAutoCreation(
-        broker.config, broker.cache, broker.store, broker.zk, broker.group_coordination.ensure_offsets_topic
-    )
-    handler = metadata_handler(
-        broker.cache,
-        broker.config,
-        broker.authorizer,
-        unreachable=lambda: broker.liveness.unreachable,
-        generation=lambda: broker.metadata_generation,
-        auto_create=creation.create,
-    )
-    broker.api_table.register(ApiKey.METADATA, handler)
 
 
 def metadata_handler(

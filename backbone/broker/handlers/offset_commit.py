@@ -7,20 +7,13 @@ time is ignored: offsets expire by the broker's `offsets.retention.minutes`, as 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backbone.broker.handlers.common import build, by_topic, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.consumer_groups.coordinator import GroupCoordinator, OffsetCommit
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.OFFSET_COMMIT, offset_commit_handler(broker.group_coordinator))
 
 
 def offset_commit_handler(coordinator: GroupCoordinator) -> Handler:

@@ -16,15 +16,10 @@ from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from backbone.broker.server import Broker
     from backbone.consumer_groups.coordinator import GroupCoordinator
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(ApiKey.OFFSET_FETCH, offset_fetch_handler(broker.group_coordinator))
 
 
 def offset_fetch_handler(coordinator: GroupCoordinator) -> Handler:

@@ -18,13 +18,6 @@ from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
     from backbone.broker.replica_manager import ReplicaManager
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    broker.api_table.register(
-        ApiKey.OFFSET_FOR_LEADER_EPOCH, offset_for_leader_epoch_handler(broker.replicas)
-    )
 
 
 def offset_for_leader_epoch_handler(replicas: ReplicaManager) -> Handler:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.admin_common import error_of
-from backbone.broker.handlers.common import build, by_topic, register_all, response_module, throttle
+from backbone.broker.handlers.common import build, by_topic, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import CoordinationError
 from backbone.protocol.api import ApiKey
@@ -18,11 +18,6 @@ from backbone.protocol.errors import ErrorCode, NotControllerError
 
 if TYPE_CHECKING:
     from backbone.broker.controller.reassignment_work import Reassignments
-    from backbone.broker.server import Broker
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, reassignments_handlers(broker.controller.reassignments))
 
 
 def reassignments_handlers(reassignments: Reassignments) -> dict[ApiKey, Handler]:

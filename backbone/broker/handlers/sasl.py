@@ -8,27 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.static.primitive import i64Timedelta
 
-from backbone.broker.handlers.common import build, register_all, response_module
+from backbone.broker.handlers.common import build, response_module
 from backbone.broker.network import Connection, Handler, RequestContext
 from backbone.broker.security.sasl import AuthenticationFailed, SaslAuthenticator
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
 
 def _close_after_answer(connection: Connection) -> None:
     # The answer is written (buffered) before this runs; closing the transport flushes it first.
     asyncio.get_running_loop().call_soon(connection.close)
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, sasl_handlers())
 
 
 def sasl_handlers() -> dict[ApiKey, Handler]:

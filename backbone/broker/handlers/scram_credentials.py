@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.static.primitive import i8, i32
 
 from backbone.broker.handlers.admin_common import ZooKeeperCall
-from backbone.broker.handlers.common import register_all, response_module, throttle
+from backbone.broker.handlers.common import response_module, throttle
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import ScramCredential
 from backbone.coordination.credentials import DEFAULT_ITERATIONS, MAX_ITERATIONS
@@ -18,16 +18,11 @@ from backbone.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from backbone.broker.security.authorizer import Authorizer
-    from backbone.broker.server import Broker
     from backbone.coordination import ClusterStore
 
 # Kafka's ScramMechanism type codes on the wire.
 MECHANISM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 _CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, scram_credentials_handlers(broker.authorizer, broker.store, broker.zk))
 
 
 def scram_credentials_handlers(

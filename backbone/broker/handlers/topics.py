@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from backbone.broker.handlers.admin_common import AdminPieces, MetadataWaiter, admin_pieces, error_of
-from backbone.broker.handlers.common import build, millis, register_all, response_module, throttle
+from backbone.broker.handlers.admin_common import AdminPieces, MetadataWaiter, error_of
+from backbone.broker.handlers.common import build, millis, response_module, throttle
 from backbone.broker.handlers.config_catalog import describe_topic, validate_topic_overrides
 from backbone.broker.network import Handler, RequestContext
 from backbone.coordination import TopicAssignment, paths
@@ -32,17 +32,12 @@ from backbone.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
-if TYPE_CHECKING:
-    from backbone.broker.server import Broker
-
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Kafka's "use the broker default" for num_partitions and replication_factor.
 USE_DEFAULT = -1
-
-
-def register(broker: Broker) -> None:
-    register_all(broker.api_table, topics_handlers(admin_pieces(broker), broker.metadata_waiter))
 
 
 def topics_handlers(admin: AdminPieces, waiter: MetadataWaiter) -> dict[ApiKey, Handler]:
@@ -60,6 +55,17 @@ def topics_handlers(admin: AdminPieces, waiter: MetadataWaiter) -> dict[ApiKey, 
         ApiKey.DELETE_TOPICS: delete_topics,
         ApiKey.CREATE_PARTITIONS: create_partitions,
     }
+
+
+async def _settled(awaitables: Iterable[Awaitable[T]]) -> list[T | Exception]:
+    """Each awaitable's result or the Exception it raised (one topic's failure is its own answer), run
+    concurrently; anything else raised (an interrupt) propagates."""
+    settled: list[T | Exception] = []
+    for outcome in await asyncio.gather(*awaitables, return_exceptions=True):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome
+        settled.append(outcome)
+    return settled
 
 
 def _once_each(
@@ -145,18 +151,14 @@ async def _create_topics(admin: AdminPieces, waiter: MetadataWaiter, context: Re
     for topic in to_create:
         (colliding if topic.name.replace(".", "_") in flattened else first).append(topic)
         flattened.add(topic.name.replace(".", "_"))
-    outcomes = await asyncio.gather(
-        *(_create_one(admin, topic, request.validate_only) for topic in first), return_exceptions=True
-    )
+    outcomes = await _settled(_create_one(admin, topic, request.validate_only) for topic in first)
     for topic in colliding:
         try:
             outcomes.append(await _create_one(admin, topic, request.validate_only))
         except Exception as exc:
             outcomes.append(exc)
     for topic, outcome in zip(first + colliding, outcomes, strict=True):
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, Exception):
-                raise outcome
+        if isinstance(outcome, Exception):
             code, message = error_of(outcome, "create_topic")
             results[topic.name] = _create_error(module, topic.name, code, message)
             continue
@@ -368,13 +370,9 @@ async def _create_partitions(admin: AdminPieces, waiter: MetadataWaiter, context
         ),
     )
     grown: dict[str, int] = {}
-    outcomes = await asyncio.gather(
-        *(_grow(admin, topic, request.validate_only) for topic in to_grow), return_exceptions=True
-    )
+    outcomes = await _settled(_grow(admin, topic, request.validate_only) for topic in to_grow)
     for topic, outcome in zip(to_grow, outcomes, strict=True):
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, Exception):
-                raise outcome
+        if isinstance(outcome, Exception):
             code, message = error_of(outcome, "create_partitions")
             results[topic.name] = _partitions_result(module, topic.name, code, message)
             continue

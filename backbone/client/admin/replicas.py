@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from backbone.client.admin.host import AdminHost
 from backbone.client.structs import TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, KafkaError, error_for
 from backbone.wire.connection import encode_kio
+from backbone.wire.messages import group_by_topic, indexes_by_topic
 from backbone.wire.reassignment import PartitionReassignment
 
 PREFERRED = 0
@@ -37,12 +38,7 @@ class ReplicaAdminMixin(AdminHost):
         """
         kind = ELECTION_TYPES[election_type] if isinstance(election_type, str) else int(election_type)
         asked = None if partitions is None else sorted(set(partitions))
-        topic_partitions: list[dict[str, Any]] | None = None
-        if asked is not None:
-            by_topic: dict[str, list[int]] = {}
-            for tp in asked:
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
-            topic_partitions = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+        topic_partitions = None if asked is None else indexes_by_topic(asked, "topic", "partitions")
 
         async def attempt() -> dict[TopicPartition, KafkaError | None]:
             response = await self._controller_request(
@@ -82,11 +78,10 @@ class ReplicaAdminMixin(AdminHost):
         cancellation none of whose original replicas is live and in sync. Data is copied in the background;
         watch it with `list_partition_reassignments` and `describe_log_dirs`.
         """
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, replicas in sorted(reassignments.items()):
-            row = {"partition_index": tp.partition, "replicas": None if replicas is None else list(replicas)}
-            by_topic.setdefault(tp.topic, []).append(row)
-        topics = [{"name": t, "partitions": rows} for t, rows in by_topic.items()]
+        topics = group_by_topic(
+            (tp, {"partition_index": tp.partition, "replicas": None if replicas is None else list(replicas)})
+            for tp, replicas in sorted(reassignments.items())
+        )
 
         async def attempt() -> dict[TopicPartition, KafkaError | None]:
             response = await self._controller_request(
@@ -109,12 +104,7 @@ class ReplicaAdminMixin(AdminHost):
         self, partitions: Iterable[TopicPartition] | None = None, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, PartitionReassignment]:
         """Reassignments in progress: {partition: (replicas, adding, removing)}."""
-        topics = None
-        if partitions is not None:
-            by_topic: dict[str, list[int]] = {}
-            for tp in partitions:
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
-            topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        topics = None if partitions is None else indexes_by_topic(partitions)
 
         async def attempt() -> dict[TopicPartition, PartitionReassignment]:
             response = await self._controller_request(

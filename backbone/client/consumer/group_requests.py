@@ -18,7 +18,7 @@ from backbone.client.structs import OffsetAndMetadata, TopicPartition
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode, error_for
 from backbone.wire.connection import BrokerConnection
-from backbone.wire.messages import group_by_topic
+from backbone.wire.messages import group_by_topic, indexes_by_topic
 
 __all__ = [
     "PROTOCOL_TYPE",
@@ -230,12 +230,7 @@ async def offset_fetch(
     A partition without a committed offset maps to None. Group-level errors (NOT_COORDINATOR,
     COORDINATOR_LOAD_IN_PROGRESS, ...) and partition errors are raised.
     """
-    topics = None
-    if partitions is not None:
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        topics = [{"name": name, "partition_indexes": parts} for name, parts in by_topic.items()]
+    topics = None if partitions is None else indexes_by_topic(partitions)
     response = await conn.request_kio(
         ApiKey.OFFSET_FETCH,
         group_id=group_id,

@@ -63,7 +63,8 @@ log = logging.getLogger(__name__)
 COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 # The member is no longer in the generation it thinks it is in.
 _MEMBERSHIP_ERRORS = frozenset({ErrorCode.illegal_generation, ErrorCode.unknown_member_id})
-# A JoinGroup answer is awaited this much longer than the rebalance timeout, as the Java client does.
+# A JoinGroup or SyncGroup answer is awaited this much longer than the rebalance timeout (as the Java
+# client does).
 _JOIN_GRACE_MS = 5_000
 
 
@@ -142,6 +143,11 @@ class GroupMembership:
     @property
     def coordinator_id(self) -> int | None:
         return self._coordinator.node_id if self._coordinator is not None else None
+
+    @property
+    def _rebalance_request_timeout_ms(self) -> int:
+        """How long to await a JoinGroup or SyncGroup answer: the coordinator may hold it a rebalance long."""
+        return max(self.config["request.timeout.ms"], self.rebalance_timeout_ms + _JOIN_GRACE_MS)
 
     # -- the coordinator --------------------------------------------------------------------------
 
@@ -280,7 +286,7 @@ class GroupMembership:
                 rebalance_timeout_ms=self.rebalance_timeout_ms,
                 protocols=self.hooks.join_protocols(self.generation_id),
                 reason=None,
-                timeout_ms=max(self.config["request.timeout.ms"], self.rebalance_timeout_ms + _JOIN_GRACE_MS),
+                timeout_ms=self._rebalance_request_timeout_ms,
             )
         except (KafkaConnectionError, KafkaTimeoutError) as error:
             self.coordinator_dead(str(error))
@@ -324,7 +330,7 @@ class GroupMembership:
                 group_instance_id=self.group_instance_id,
                 protocol_name=self.protocol_name,
                 assignments=assignments,
-                timeout_ms=max(self.config["request.timeout.ms"], self.rebalance_timeout_ms + _JOIN_GRACE_MS),
+                timeout_ms=self._rebalance_request_timeout_ms,
             )
         except (KafkaConnectionError, KafkaTimeoutError) as error:
             self.coordinator_dead(str(error))

@@ -2,8 +2,9 @@
 
 Every batch gets the partition's next sequence number when it is first sent and keeps it for every retry,
 so a broker that already wrote a retried batch recognises it and answers with the original offsets instead
-of writing it twice. Batches of a partition are numbered in the order they were drained, and a retried one
-is sent again only when nothing before it is in flight, so sequences reach the broker in order.
+of writing it twice. Batches of a partition are numbered in the order they were drained, the sender writes
+requests to a broker in the order it planned them, and a retried batch is sent again only when nothing
+before it is in flight, so sequences reach the broker in order.
 
 When the sequence space of a partition gets a hole that no retry can fill (a sequenced batch failed for
 good or expired, the broker forgot the producer: UNKNOWN_PRODUCER_ID, or it reports a real gap:

@@ -4,9 +4,10 @@ One task on the event loop. Each round it fails batches whose `delivery.timeout.
 sent and unanswered), takes the head batch of every partition that is ready and whose leader has a ready
 connection with a free in-flight slot (`max.in.flight.requests.per.connection`), groups them into one
 Produce request per leader (up to `max.request.size`), and sends each request from its own task so answers
-are handled as they come. It sleeps until a batch lingers long enough, a retry backoff ends, an in-flight
-batch expires, or someone wakes it (`wakeup`: a send filled or opened a batch, an answer freed a slot,
-metadata changed, a connection became ready).
+are handled as they come; requests reach a broker in the order they were planned, so an idempotent
+producer's sequence numbers (given as batches are taken) reach it in order. It sleeps until a batch lingers
+long enough, a retry backoff ends, an in-flight batch expires, or someone wakes it (`wakeup`: a send filled
+or opened a batch, an answer freed a slot, metadata changed, a connection became ready).
 
 Errors: retriable ones (leader moved, not enough replicas, timeouts, lost connections) put the batch back
 at the front of its queue after `retry.backoff.ms` (doubling up to `retry.backoff.max.ms`) until `retries`
@@ -86,6 +87,8 @@ class Sender:
         self._in_flight_expiry = float("inf")
         """No in-flight batch expires before this (monotonic seconds; settled ones may make it early)."""
         self._node_requests: dict[int, int] = defaultdict(int)
+        self._unstarted: dict[int, int] = defaultdict(int)
+        """Requests per broker that a round planned (their batches numbered) whose task has not started."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: set[int] = set()
         self.on_acknowledged: Callable[[ProducerBatch], None] | None = None
@@ -190,6 +193,7 @@ class Sender:
             await self._init_producer_id()
             return 0.0
         for node_id, batches in requests.items():
+            self._unstarted[node_id] += 1
             self._spawn(self._produce(node_id, batches))
         return wait
 
@@ -348,14 +352,22 @@ class Sender:
         """Send a request to `node_id`, then, while the broker's next request is ready when the answer
         comes, that one from here: in the turn of the event loop that brought the answer, where going
         through the sender's task took two more turns (each one a wait for the GIL while an application
-        thread is sending), a task and a round."""
+        thread is sending), a task and a round.
+
+        Not while a request a round planned for the broker waits for its task's first turn: its batches were
+        numbered first, and a request planned here would be written before it, so the broker would see a
+        partition's sequences out of order (OUT_OF_ORDER_SEQUENCE_NUMBER, and a retry). The round woken at
+        the end plans after it instead."""
+        # This turn writes the request, or queues it for a free slot of the connection, whose queue keeps
+        # the order: requests planned after it go after it.
+        self._unstarted[node_id] -= 1
         try:
             while batches:
                 try:
                     await self._produce_once(node_id, batches)
                 finally:
                     self._node_requests[node_id] -= 1
-                if self._stopping:
+                if self._stopping or self._unstarted[node_id]:
                     break
                 batches = self._plan(time.monotonic(), node_id)[0].get(node_id, [])
         finally:
