@@ -105,6 +105,7 @@ in `.json`); `ops/conformance` runs every runner and then this generator. Fields
 | `passed`, `failed`, `skipped` | integer | test counts of the run |
 | `left_out` | list of `{test, reason}` | tests of features Backbone leaves out, and why (not failures) |
 | `failures` | list of `{test, reason}` | optional: the tests that failed, with the error |
+| `passed_tests` | list of strings | optional: the passed tests' names (a rerun merges by them, `--update`) |
 """
 
 

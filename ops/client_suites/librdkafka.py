@@ -6,8 +6,11 @@ The source is librdkafka's release tarball as vendored by the `rdkafka-sys` crat
 ops/client_suites/librdkafka-source (Cargo.toml and Cargo.lock). It is built once per version under the cache
 directory ($BACKBONE_CACHE_DIR, default ~/.cache/backbone) with Debian's -dev packages, and reused by every
 later run. Each run starts its own cluster on free loopback ports for each test scenario the suite knows
-(`default`: topics auto-created with 4 partitions; `noautocreate`), runs librdkafka's test-runner on it, and
+(`default`: topics auto-created with 4 partitions; `noautocreate`), and for the tests that need security
+(SECURED_JOBS) one with an authorizer (`authorizer`, PLAINTEXT) and one with SASL_SSL listeners as well
+(`sasl_ssl`), as librdkafka's own CI runs them against Kafka; runs librdkafka's test-runner on each, and
 writes the figures as JSON: passed, failed, skipped, and the tests left out (left_out.toml) with the reason.
+`--update` merges a run of some tests into an earlier run's figures.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -27,12 +31,14 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ops.client_suites.cluster import SUITE_PROPERTIES, running_cluster
+from backbone.dev import secure
+from ops.client_suites import results
+from ops.client_suites.cluster import SUITE_PROPERTIES, ClientLogin, running_cluster
 
 log = logging.getLogger("conformance.librdkafka")
 
@@ -47,9 +53,33 @@ KAFKA_PATH = HERE / "kafka"
 # The Kafka release whose API versions ours match most closely (Metadata 12, ListOffsets 7, Fetch 12);
 # tests needing a newer broker skip themselves, and kafka-topics.sh gets --bootstrap-server (3.0 on).
 BROKER_VERSION = "3.0.0"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    properties: Mapping[str, str]
+    # librdkafka's name for the cluster (its tests' `.scenario`): a secured cluster is its `default` one.
+    test_scenario: str = "default"
+    sasl_ssl: bool = False
+    # One test at a time: its tests change ACLs that the others' requests would be judged by.
+    serial: bool = False
+
+
+# As trivup configures Kafka for librdkafka's CI: ACLs on, a resource no ACL names open to everyone.
+AUTHORIZER_PROPERTIES = {
+    **SUITE_PROPERTIES,
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
 SCENARIOS = {
-    "default": SUITE_PROPERTIES,
-    "noautocreate": {**SUITE_PROPERTIES, "auto.create.topics.enable": "false"},
+    "default": Scenario(SUITE_PROPERTIES),
+    "noautocreate": Scenario({**SUITE_PROPERTIES, "auto.create.topics.enable": "false"}, "noautocreate"),
+    "authorizer": Scenario(AUTHORIZER_PROPERTIES, serial=True),
+    "sasl_ssl": Scenario(AUTHORIZER_PROPERTIES, sasl_ssl=True, serial=True),
+    # Sessions that end after 10 s unless the client authenticates again (KIP-368), for 0142.
+    "sasl_ssl_reauth": Scenario(
+        {**AUTHORIZER_PROPERTIES, "connections.max.reauth.ms": "10000"}, sasl_ssl=True, serial=True
+    ),
 }
 # The quick subset run by the test suite (about a minute of tests): producing (many clients, null
 # messages, every codec, headers, idempotence), consuming (offsets, resets, offsets by time), groups
@@ -60,6 +90,9 @@ TIMEOUT_MULTIPLIER = 2.0
 SUMMARY_LINE = re.compile(r"^\|\s*(\d{4}\w*)\s*\|\s*([A-Z_]+)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
 # How the runner skips the tests that need no broker (-L); they are not counted.
 LOCAL_ONLY = "Filtered due to negative test flags"
+# librdkafka's SSL test (0097) loads the client certificate in every encoding from files trivup names in
+# SSL_* variables; ops/dev-ca signs it as this name.
+CLIENT_CERTIFICATE = "librdkafka-client"
 SCENARIO_FIELD = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
 TEST_SOURCE = re.compile(r"^(\d{4})-.*\.(c|cpp)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
@@ -166,10 +199,48 @@ class Job:
     number: str
     subtest: str | None = None
     broker_version: str | None = None
+    # A secured scenario (SECURED_JOBS): named in the outcome, as a sub-test may also run unsecured.
+    secured: str | None = None
 
     @property
     def label(self) -> str:
-        return self.number if self.subtest is None else f"{self.number}[{self.subtest}]"
+        label = self.number if self.subtest is None else f"{self.number}[{self.subtest}]"
+        return label if self.secured is None else f"{label} on {self.secured}"
+
+
+def _secured(scenario: str, *jobs: tuple[str, str | None]) -> tuple[Job, ...]:
+    return tuple(Job(number, subtest, secured=scenario) for number, subtest in jobs)
+
+
+# The tests (and sub-tests) that run on a secured cluster. 0109, 0115 and 0119 deny topics with kafka-acls.sh
+# and skip themselves when the cluster needs authentication; 0097, 0135, 0142 and the sub-tests on a
+# principal's authorized operations need SASL and SSL. Whole tests here run nowhere else.
+SECURED_JOBS = {
+    "authorizer": _secured(
+        "authorizer",
+        ("0109", None),
+        ("0115", None),
+        ("0119", None),
+        ("0081", "do_test_CreateAcls:"),
+        ("0081", "do_test_DescribeAcls:"),
+        ("0081", "do_test_DeleteAcls:"),
+        ("0081", "do_test_UserScramCredentials:"),
+    ),
+    "sasl_ssl": _secured(
+        "sasl_ssl",
+        ("0097", None),
+        ("0135", None),
+        ("0081", "do_test_DescribeTopics:"),
+        ("0081", "do_test_DescribeCluster:"),
+        ("0081", "do_test_DescribeConsumerGroups_with_authorized_ops:"),
+    ),
+    "sasl_ssl_reauth": _secured(
+        "sasl_ssl_reauth",
+        ("0142", "do_test_consumer:"),
+        ("0142", "do_test_producer:"),
+        ("0142", "do_test_reauth_failure:"),
+    ),
+}
 
 
 def left_out() -> dict[str, LeftOut]:
@@ -247,10 +318,13 @@ def run_one(tests_dir: Path, job: Job, env: dict[str, str], output_file: Path) -
         if outcome.state == "SKIPPED" and not outcome.reason:
             continue  # skipped silently: a test of another scenario
         if job.subtest is not None:
-            name = outcome.name = f"{name}[{job.subtest}]"
+            name = f"{name}[{job.subtest}]"
             # A sub-test name that matches nothing would pass without testing anything.
             if outcome.state == "PASSED" and not _subtest_passed(output, job.subtest):
                 outcome.state, outcome.reason = "FAILED", "no sub-test of this name ran"
+        if job.secured is not None:
+            name = f"{name} on {job.secured}"
+        outcome.name = name
         if outcome.state in ("RUNNING", "FAILED") and not outcome.reason:
             outcome.reason = failure_reason(output) or f"test-runner exited with code {code}"
         outcomes[name] = outcome
@@ -264,25 +338,89 @@ def _subtest_passed(output: str, subtest: str) -> bool:
     return any(subtest in line and ": PASS (" in line for line in ANSI.sub("", output).splitlines())
 
 
+def client_certificate(login: ClientLogin) -> tuple[dict[str, str], dict[str, str]]:
+    """A client certificate signed by the cluster's CA, in every encoding librdkafka's SSL test loads, as
+    trivup provides it: the test.conf settings (ssl.key.location...) and the SSL_* variables naming the
+    files. The SASL_SSL listeners ask for no client certificate; 0097 then expects every connection with a
+    trusted broker certificate to succeed, whatever the client's."""
+    directory = login.ca_directory
+    subprocess.run([str(secure.DEV_CA), str(directory), CLIENT_CERTIFICATE], check=True, capture_output=True)
+    both = directory / f"{CLIENT_CERTIFICATE}.pem"  # certificate and key
+    files = {
+        "SSL_pub_pem": directory / "client.crt",
+        "SSL_priv_pem": directory / "client.key",
+        "SSL_pub_der": directory / "client.crt.der",
+        "SSL_priv_der": directory / "client.key.der",
+        "SSL_ca_der": directory / "ca.der",
+        "SSL_pkcs": directory / "client.p12",
+    }
+    password = secrets.token_urlsafe(16)
+    p12 = ["-out", files["SSL_pkcs"], "-passout", f"pass:{password}"]
+    for command in (
+        ["x509", "-in", both, "-out", files["SSL_pub_pem"]],
+        ["pkey", "-in", both, "-out", files["SSL_priv_pem"]],
+        ["x509", "-in", both, "-outform", "DER", "-out", files["SSL_pub_der"]],
+        ["pkey", "-in", both, "-outform", "DER", "-out", files["SSL_priv_der"]],
+        ["x509", "-in", login.ca_file, "-outform", "DER", "-out", files["SSL_ca_der"]],
+        ["pkcs12", "-export", "-in", both, "-certfile", login.ca_file, *p12],
+    ):
+        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
+    settings = {
+        "ssl.key.location": str(files["SSL_priv_pem"]),
+        "ssl.certificate.location": str(files["SSL_pub_pem"]),
+        "ssl.key.password": password,
+    }
+    env = {name: str(path) for name, path in files.items()}
+    env |= {"SSL_all_cas_pem": str(login.ca_file), "SSL_password": password}
+    return settings, env
+
+
+def test_settings(login: ClientLogin | None) -> tuple[dict[str, str], dict[str, str]]:
+    """What test.conf says about reaching the cluster securely, and the runner's SSL_* variables."""
+    if login is None:
+        return {}, {}
+    certificate, env = client_certificate(login)
+    settings = {
+        "security.protocol": login.protocol,
+        "sasl.mechanism": login.mechanism,
+        "sasl.username": login.user,
+        "sasl.password": login.password,
+        "ssl.ca.location": str(login.ca_file),
+        **certificate,
+    }
+    return settings, env
+
+
 def run_scenario(
     tests_dir: Path, scenario: str, work: Path, jobs: list[Job], parallel: int
 ) -> dict[str, Outcome]:
     """One cluster configured for `scenario`, each test number over it; the outcome of every test run."""
-    with running_cluster(work / f"cluster-{scenario}", SCENARIOS[scenario]) as cluster:
-        conf = work / f"test-{scenario}.conf"
-        conf.write_text(
-            f"bootstrap.servers={cluster.bootstrap}\ntest.timeout.multiplier={TIMEOUT_MULTIPLIER}\n"
+    config = SCENARIOS[scenario]
+    cluster_dir = work / f"cluster-{scenario}"
+    with running_cluster(cluster_dir, config.properties, sasl_ssl=config.sasl_ssl) as cluster:
+        security, ssl_env = test_settings(cluster.login)
+        conf = secure.write_properties(
+            work / f"test-{scenario}.conf",
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "test.timeout.multiplier": str(TIMEOUT_MULTIPLIER),
+                **security,
+            },
         )
         env = {
             **os.environ,
+            **ssl_env,
             "RDKAFKA_TEST_CONF": str(conf),
             "TEST_KAFKA_VERSION": BROKER_VERSION,
-            "TEST_SCENARIO": scenario,
+            "TEST_SCENARIO": config.test_scenario,
             "KAFKA_PATH": str(KAFKA_PATH),
             "BROKERS": cluster.bootstrap,
             "BACKBONE_PYTHON": sys.executable,
+            "BACKBONE_ZOOKEEPER": cluster.zookeeper_connect,  # for the kafka-acls.sh stand-in
             "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
         }
+        if config.serial:
+            parallel = 1
         outputs = work / f"runner-{scenario}"
         outputs.mkdir(parents=True, exist_ok=True)
         print(f"librdkafka: scenario {scenario} on {cluster.bootstrap}, outputs in {outputs}", flush=True)
@@ -321,7 +459,12 @@ def run_suite(
     run = Run()
     started = time.monotonic()
     jobs = []
+    secured_jobs = [job for secured in SECURED_JOBS.values() for job in secured]
+    secured_only = {job.number for job in secured_jobs if job.subtest is None}
+    secured_subtests = {job.number for job in secured_jobs if job.subtest is not None}
     for number in numbers:
+        if number in secured_only:
+            continue
         if number not in skipped:
             jobs.append(Job(number))
             continue
@@ -330,12 +473,15 @@ def run_suite(
             label = f"{number} (variants Kafka {entry.broker_version} refuses)"
             jobs.append(Job(number, broker_version=entry.broker_version))
         else:
-            label = f"{number} (other sub-tests)" if entry.run_subtests else number
+            others = entry.run_subtests or number in secured_subtests
+            label = f"{number} (other sub-tests)" if others else number
         run.outcomes[label] = Outcome(label, "SKIPPED", 0.0, entry.reason)
         jobs.extend(Job(number, subtest) for subtest in entry.run_subtests)
     for scenario in scenarios:
-        if scenario != "default":
-            own = scenario_numbers(tests_dir, scenario)
+        if scenario in SECURED_JOBS:
+            scenario_jobs = [job for job in SECURED_JOBS[scenario] if job.number in numbers]
+        elif scenario != "default":
+            own = scenario_numbers(tests_dir, SCENARIOS[scenario].test_scenario)
             scenario_jobs = [job for job in jobs if job.number in own]
         else:
             scenario_jobs = jobs
@@ -370,6 +516,7 @@ def result(run: Run, command: str) -> dict:
         "left_out": [
             {"test": o.name, "reason": o.reason} for o in run.outcomes.values() if o.state == "SKIPPED"
         ],
+        "passed_tests": [o.name for o in run.outcomes.values() if o.state == "PASSED"],
     }
 
 
@@ -379,9 +526,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", help="only these test numbers, comma-separated (e.g. 0001,0012)")
     parser.add_argument("--parallel", type=int, default=3, help="tests run at once (default 3)")
     parser.add_argument("--result", type=Path, help="write the figures here as JSON")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="merge this run (e.g. of --tests) into the figures already in --result, in place of what "
+        "they said of these tests",
+    )
+    parser.add_argument(
+        "--scenarios",
+        help=f"only the clusters of these scenarios, comma-separated (of {', '.join(SCENARIOS)})",
+    )
     parser.add_argument("--work-dir", type=Path, help="keep clusters and outputs here (default: a temp dir)")
     parser.add_argument("--build-only", action="store_true", help="build (or find in the cache) and stop")
     args = parser.parse_args(argv)
+    if args.update and not (args.result and args.result.exists()):
+        parser.error("--update needs --result naming an existing result file")
+    if args.scenarios and (unknown := set(args.scenarios.split(",")) - set(SCENARIOS)):
+        parser.error(f"unknown scenarios {', '.join(sorted(unknown))} (known: {', '.join(SCENARIOS)})")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # SIGTERM ends a run as Ctrl-C does: through the handlers that stop its test-runners and clusters.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -391,11 +552,16 @@ def main(argv: list[str] | None = None) -> int:
     tests = ",".join(QUICK_TESTS) if args.quick else args.tests
     # The quick subset holds no test of another scenario: one cluster is enough.
     scenarios = ("default",) if args.quick else tuple(SCENARIOS)
+    if args.scenarios:
+        scenarios = tuple(s for s in scenarios if s in args.scenarios.split(","))
     with contextlib.ExitStack() as stack:
         work = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="librdkafka-")))
         work.mkdir(parents=True, exist_ok=True)
         run = run_suite(tests, args.parallel, work, scenarios)
     command = "ops/conformance.d/librdkafka" + (" --quick" if args.quick else "")
+    if args.update:
+        command += f" --tests {tests}" if tests else ""
+        command += f" --scenarios {args.scenarios}" if args.scenarios else ""
     figures = result(run, command)
     for failure in figures["failures"]:
         print(f"FAILED {failure['test']}: {failure['reason']}")
@@ -403,10 +569,14 @@ def main(argv: list[str] | None = None) -> int:
         f"librdkafka {VERSION}: {figures['passed']} passed, {figures['failed']} failed, "
         f"{figures['skipped']} skipped in {figures['seconds']} s"
     )
+    status = 1 if figures["failed"] or not figures["passed"] else 0  # of this run, merged or not
     if args.result:
+        if args.update:
+            numbers = {name[:4] for name in run.outcomes}
+            figures = results.merge(json.loads(args.result.read_text()), figures, numbers)
         args.result.parent.mkdir(parents=True, exist_ok=True)
         args.result.write_text(json.dumps(figures, indent=2) + "\n")
-    return 1 if figures["failed"] or not figures["passed"] else 0
+    return status
 
 
 if __name__ == "__main__":

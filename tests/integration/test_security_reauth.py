@@ -77,10 +77,25 @@ def test_a_session_past_its_window_is_closed_at_its_next_request(secure_broker, 
         assert answer.session_lifetime == datetime.timedelta(milliseconds=REAUTH_MS)
         assert raw.request(metadata_request()).brokers  # served within the window
         sleep_until(expires + 0.5)
-        # Any request, even one that would begin re-authenticating, is too late.
-        raw.send_bytes(raw_frame(raw, SaslHandshakeRequest(mechanism="SCRAM-SHA-512")))
+        # Any request but one that begins re-authenticating is too late.
+        raw.send_bytes(raw_frame(raw, metadata_request()))
         assert raw.closed_by_peer()
     assert "event=session_expired" in process.output()
+
+
+def test_reauthentication_begun_after_the_window_renews_the_session(secure_broker, tls) -> None:
+    """Kafka's broker lets a SaslHandshake begin re-authentication even once the session has ended (KIP-368
+    closes an expired connection at its next request other than that): librdkafka begins only when its
+    requests in flight are answered, and a consumer's long Fetch can hold it past the end."""
+    process, sasl_port, _ = secure_broker
+    with tls_raw(sasl_port, tls) as raw:
+        scram_login(raw)
+        sleep_until(time.monotonic() + REAUTH_MS / 1000 + 0.5)
+        again = scram_login(raw)
+        assert again.error_code == ErrorCode.none
+        assert again.session_lifetime == datetime.timedelta(milliseconds=REAUTH_MS)
+        assert raw.request(metadata_request()).brokers
+    assert "event=reauthenticated" in process.output()
 
 
 def raw_frame(raw: RawConnection, entity: object) -> bytes:

@@ -48,11 +48,11 @@ async def coordination(pieces: BrokerPieces):
 
 
 @pytest.fixture
-def handlers(coordination: GroupCoordination) -> dict[ApiKey, Handler]:
+def handlers(pieces: BrokerPieces, coordination: GroupCoordination) -> dict[ApiKey, Handler]:
     coordinator = coordination.coordinator
     return (
         group_membership_handlers(coordinator)
-        | group_listing_handlers(coordinator)
+        | group_listing_handlers(coordinator, pieces.authorizer)
         | group_deletion_handlers(coordinator)
     )
 

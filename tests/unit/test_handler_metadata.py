@@ -172,7 +172,7 @@ async def test_describe_cluster_lists_the_cache_brokers_and_controller(pieces) -
     request = describe_cluster.DescribeClusterRequest(
         include_cluster_authorized_operations=False, endpoint_type=BROKER_ENDPOINT
     )
-    answer = await describe_cluster_handler(pieces.cache)(handler_context(request))
+    answer = await describe_cluster_handler(pieces.cache, pieces.authorizer)(handler_context(request))
     assert (answer.error_code, answer.cluster_id, answer.controller_id) == (
         ErrorCode.none,
         "cluster-a",
@@ -185,6 +185,6 @@ async def test_describe_cluster_refuses_controller_endpoints_as_a_zookeeper_mode
     request = describe_cluster.DescribeClusterRequest(
         include_cluster_authorized_operations=False, endpoint_type=CONTROLLER_ENDPOINT
     )
-    answer = await describe_cluster_handler(pieces.cache)(handler_context(request))
+    answer = await describe_cluster_handler(pieces.cache, pieces.authorizer)(handler_context(request))
     assert answer.error_code == ErrorCode.mismatched_endpoint_type
     assert answer.brokers == ()

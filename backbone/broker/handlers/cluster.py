@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
+from backbone.broker.security.authorizer import CLUSTER_NAME, Authorizer
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
@@ -21,39 +22,17 @@ CONTROLLER_ENDPOINT = 2
 
 # Kafka's value for "authorized operations not requested".
 NOT_REQUESTED = -(2**31)
-# Without an authorizer every operation on the cluster resource is allowed; Kafka then reports all the
-# operations that apply to it, as a bit set of AclOperation codes.
-_CLUSTER_OPERATIONS = (
-    5,  # CREATE
-    7,  # ALTER
-    8,  # DESCRIBE
-    9,  # CLUSTER_ACTION
-    10,  # DESCRIBE_CONFIGS
-    11,  # ALTER_CONFIGS
-    12,  # IDEMPOTENT_WRITE
-)
-ALL_CLUSTER_OPERATIONS = sum(1 << code for code in _CLUSTER_OPERATIONS)
-# The same for a topic (Metadata v8 on, when a client asks, as librdkafka's DescribeTopics does).
-_TOPIC_OPERATIONS = (
-    3,  # READ
-    4,  # WRITE
-    5,  # CREATE
-    6,  # DELETE
-    7,  # ALTER
-    8,  # DESCRIBE
-    10,  # DESCRIBE_CONFIGS
-    11,  # ALTER_CONFIGS
-)
-ALL_TOPIC_OPERATIONS = sum(1 << code for code in _TOPIC_OPERATIONS)
 
 
-def describe_cluster_handler(cache: MetadataCache) -> Handler:
+def describe_cluster_handler(cache: MetadataCache, authorizer: Authorizer) -> Handler:
     async def handle(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_CLUSTER, context.api_version)
         endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT)
         operations = (
-            ALL_CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else NOT_REQUESTED
+            authorizer.authorized_operations(context, "CLUSTER", CLUSTER_NAME)
+            if request.include_cluster_authorized_operations
+            else NOT_REQUESTED
         )
         if endpoint_type != BROKER_ENDPOINT:
             return build(

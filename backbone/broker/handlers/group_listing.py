@@ -8,7 +8,7 @@ coordinator, and lists groups by asking every broker.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
@@ -17,26 +17,28 @@ from backbone.consumer_groups.group_types import GroupDescription, GroupState
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import ErrorCode
 
-# The group operations a client may perform (Kafka's AclOperation codes READ, DELETE, DESCRIBE): everything,
-# since this broker has no authorizer yet.
-AUTHORIZED_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+if TYPE_CHECKING:
+    from backbone.broker.security.authorizer import Authorizer
+
 # DescribeGroups' value when the client did not ask for authorized operations.
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
 _UNKNOWN_GROUP = GroupDescription(GroupState.DEAD, "", "", [])
 
 
-def group_listing_handlers(coordinator: GroupCoordinator) -> dict[ApiKey, Handler]:
+def group_listing_handlers(coordinator: GroupCoordinator, authorizer: Authorizer) -> dict[ApiKey, Handler]:
     async def describe_groups(context: RequestContext) -> Any:
         request = context.decode()
         module = response_module(ApiKey.DESCRIBE_GROUPS, context.api_version)
-        operations = (
-            AUTHORIZED_GROUP_OPERATIONS
-            if getattr(request, "include_authorized_operations", False)
-            else OPERATIONS_NOT_REQUESTED
-        )
+        asked = getattr(request, "include_authorized_operations", False)
         described = []
         for group_id in request.groups:
+            # What the principal may do to the group, where asked (Kafka's READ, DELETE and DESCRIBE).
+            operations = (
+                authorizer.authorized_operations(context, "GROUP", group_id)
+                if asked
+                else OPERATIONS_NOT_REQUESTED
+            )
             error = ErrorCode.none
             try:
                 group = coordinator.group(group_id)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.admin_common import ZooKeeperCall
-from backbone.broker.handlers.cluster import ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, NOT_REQUESTED
+from backbone.broker.handlers.cluster import NOT_REQUESTED
 from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.network import Handler, RequestContext
+from backbone.broker.security.authorizer import CLUSTER_NAME
 from backbone.consumer_groups.offsets_topic import OFFSETS_TOPIC
 from backbone.coordination import paths
 from backbone.coordination.znodes import kafka_uuid_bytes
@@ -48,8 +49,8 @@ def metadata_handler(
     """`unreachable` is the liveness probes' verdict (offline replicas); `generation` changes whenever an
     answer may (cached answers are dropped then); `auto_create` creates missing topics and returns those
     that exist now but the cache has not seen yet."""
-    # (version, listener, topic names asked for or None, authorized operations asked for) -> the body.
-    answers: dict[tuple[int, str, tuple[str, ...] | None, tuple[int, int]], bytes] = {}
+    # (version, listener, topic names asked for or None, (cluster, topic) operations asked for) -> the body.
+    answers: dict[tuple[int, str, tuple[str, ...] | None, tuple[bool, bool]], bytes] = {}
     seen_generation = -1
 
     async def handle(context: RequestContext) -> list[bytes]:
@@ -83,13 +84,15 @@ def metadata_handler(
                 pending = await auto_create(missing)
         listener = context.connection.listener.name
         offline = unreachable()
-        if authorizer.enabled:
-            return [codec.encode(_response(cache, offline, version, listener, names, pending, denied=denied))]
+        asked = _operations_asked(request)
+        operations = Operations.of(authorizer, context, *asked)
+        if authorizer.enabled:  # an answer for this principal alone
+            answer = _response(cache, offline, version, listener, names, pending, operations, denied)
+            return [codec.encode(answer)]
         if seen_generation != generation():
             answers.clear()
             seen_generation = generation()
-        operations = _authorized_operations(request)
-        key = (version, listener, names, operations)
+        key = (version, listener, names, asked)
         body = answers.get(key)
         if body is None:
             body = codec.encode(_response(cache, offline, version, listener, names, pending, operations))
@@ -140,15 +143,37 @@ class TopicAutoCreation:
         return created
 
 
-def _authorized_operations(request: Any) -> tuple[int, int]:
-    """(cluster, topic) authorized operations, where the request asks for them (v8 on; the cluster's
-    until v10). Without an authorizer every operation is allowed, and Kafka then lists them all."""
-    cluster = getattr(request, "include_cluster_authorized_operations", False)
-    topic = getattr(request, "include_topic_authorized_operations", False)
+def _operations_asked(request: Any) -> tuple[bool, bool]:
+    """Whether the request asks for the cluster's and the topics' authorized operations (v8 on; the
+    cluster's until v10)."""
     return (
-        ALL_CLUSTER_OPERATIONS if cluster else NOT_REQUESTED,
-        ALL_TOPIC_OPERATIONS if topic else NOT_REQUESTED,
+        bool(getattr(request, "include_cluster_authorized_operations", False)),
+        bool(getattr(request, "include_topic_authorized_operations", False)),
     )
+
+
+@dataclass(frozen=True)
+class Operations:
+    """The authorized operations an answer reports: the cluster's, and a topic's by its name (None: not
+    asked for). Without an authorizer every operation is allowed, and Kafka then lists them all."""
+
+    cluster: int = NOT_REQUESTED
+    topic: Callable[[str], int] | None = None
+
+    @classmethod
+    def of(cls, authorizer: Authorizer, context: RequestContext, cluster: bool, topic: bool) -> Operations:
+        """What the request's principal may do, where the request asks."""
+
+        def of_topic(name: str) -> int:
+            return authorizer.authorized_operations(context, "TOPIC", name)
+
+        return cls(
+            authorizer.authorized_operations(context, "CLUSTER", CLUSTER_NAME) if cluster else NOT_REQUESTED,
+            of_topic if topic else None,
+        )
+
+    def of_topic(self, name: str) -> int:
+        return NOT_REQUESTED if self.topic is None else self.topic(name)
 
 
 def _response(
@@ -158,7 +183,7 @@ def _response(
     listener: str,
     names: tuple[str, ...] | None,
     pending: set[str],
-    operations: tuple[int, int] = (NOT_REQUESTED, NOT_REQUESTED),
+    operations: Operations = Operations(),
     denied: tuple[str, ...] = (),
 ) -> Any:
     module = response_module(ApiKey.METADATA, version)
@@ -168,7 +193,7 @@ def _response(
     ]
     topics = []
     for name in sorted(cache.topics) if names is None else names:
-        topics.append(_topic(cache, offline, module, name, name in pending, operations[1]))
+        topics.append(_topic(cache, offline, module, name, name in pending, operations.of_topic(name)))
     for name in denied:
         refused = ErrorCode.topic_authorization_failed
         topics.append(
@@ -181,7 +206,7 @@ def _response(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=operations[0],
+        cluster_authorized_operations=operations.cluster,
     )
 
 

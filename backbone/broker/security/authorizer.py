@@ -30,6 +30,37 @@ _IMPLIED = {
     "DESCRIBE_CONFIGS": {"ALTER_CONFIGS"},
 }
 _MAX_LOGGED_REFUSALS = 10_000
+# Kafka's AclOperation codes, and the operations it reports as a resource's authorized operations.
+OPERATION_CODES = {
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+    "CLUSTER_ACTION": 9,
+    "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11,
+    "IDEMPOTENT_WRITE": 12,
+}
+RESOURCE_OPERATIONS = {
+    "TOPIC": ("READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"),
+    "CLUSTER": (
+        "CREATE",
+        "ALTER",
+        "DESCRIBE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+    ),
+    "GROUP": ("READ", "DELETE", "DESCRIBE"),
+}
+
+
+def every_operation(resource_type: str) -> int:
+    """The authorized operations of a resource when everything is allowed, as a bit set of codes."""
+    return sum(1 << OPERATION_CODES[operation] for operation in RESOURCE_OPERATIONS[resource_type])
 
 
 class Authorizer:
@@ -78,9 +109,7 @@ class Authorizer:
         """Whether the request's principal may; a refusal is logged once."""
         if not self.enabled:
             return True
-        connection = context.connection
-        principal = principal_of(connection.principal.name)
-        host = connection.peer.rsplit(":", 1)[0]
+        principal, host = _requester(context)
         if self.allowed(principal, host, operation, resource_type, name):
             return True
         key = (principal, operation, resource_type, name)
@@ -99,8 +128,7 @@ class Authorizer:
     def check_any(self, context: RequestContext, operation: str, resource_type: str) -> bool:
         """Whether some ACL lets the principal do `operation` to some resource of the type (Kafka's
         authorizeByResourceType, simplified: any matching ALLOW, super users, or an open no-ACL policy)."""
-        principal = principal_of(context.connection.principal.name)
-        host = context.connection.peer.rsplit(":", 1)[0]
+        principal, host = _requester(context)
         if not self.enabled or principal in self.super_users:
             return True
         implied_by = _IMPLIED.get(operation, set())
@@ -114,6 +142,24 @@ class Authorizer:
 
     def check_cluster(self, context: RequestContext, operation: str) -> bool:
         return self.check(context, operation, "CLUSTER", CLUSTER_NAME)
+
+    def authorized_operations(self, context: RequestContext, resource_type: str, name: str) -> int:
+        """The operations the request's principal may perform on the resource, as a bit set of AclOperation
+        codes (Kafka's authorized operations; no refusal is logged: asking is no attempt)."""
+        if not self.enabled:
+            return every_operation(resource_type)
+        principal, host = _requester(context)
+        return sum(
+            1 << OPERATION_CODES[operation]
+            for operation in RESOURCE_OPERATIONS[resource_type]
+            if self.allowed(principal, host, operation, resource_type, name)
+        )
+
+
+def _requester(context: RequestContext) -> tuple[str, str]:
+    """The request's principal (Kafka's string) and the client's address."""
+    connection = context.connection
+    return principal_of(connection.principal.name), connection.peer.rsplit(":", 1)[0]
 
 
 def principal_of(name: str) -> str:

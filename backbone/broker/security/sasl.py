@@ -107,12 +107,23 @@ class SaslAuthenticator:
         pass
 
     def admit(self, connection: Connection, header: RequestHeader) -> bool:
-        # An expired session is closed at its next request whatever it is, as Kafka does: re-authentication
-        # must begin before the session ends.
-        if self.expires_at is not None and time.monotonic() > self.expires_at:
+        # An expired session is closed at its next request unless that request re-authenticates (a
+        # SaslHandshake, then the exchange's SaslAuthenticate), as Kafka's SocketServer does: a client
+        # begins re-authenticating only once its requests in flight are answered, which a long Fetch can
+        # delay past the session's end.
+        if (
+            self.expires_at is not None
+            and time.monotonic() > self.expires_at
+            and not self._reauthenticating(header)
+        ):
             log.info("event=session_expired peer=%s principal=%s", connection.peer, connection.principal.name)
             return False
         return self.authenticated or header.api_key in _BEFORE_AUTHENTICATION
+
+    def _reauthenticating(self, header: RequestHeader) -> bool:
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            return True
+        return header.api_key == ApiKey.SASL_AUTHENTICATE and self._exchange is not None
 
     def handshake(self, version: int, mechanism: str) -> ErrorCode:
         if self._exchange is not None:
