@@ -250,8 +250,9 @@ class Partition:
         self.pending_isr = new_isr
         self._request_isr_change(self, new_isr)
 
-    def isr_change_failed(self) -> None:
-        """The ISR write did not happen (a conflict or ZooKeeper trouble): a later fetch or check retries."""
+    def isr_change_ended(self) -> None:
+        """The ISR write is over, whether written, superseded or failed: nothing is pending any more, and a
+        later fetch or check asks again if the ISR still needs the change."""
         self.pending_isr = None
 
     # -- append ---------------------------------------------------------------------------------------

@@ -171,20 +171,20 @@ class ReplicaManager(MetadataListener):
             or state.leader != self.broker_id
             or state.leader_epoch != partition.leader_epoch
         ):
-            partition.isr_change_failed()
+            partition.isr_change_ended()
             return
         new = dataclasses.replace(state, isr=isr)
         try:
             version = await self.write_state(partition.topic, partition.index, new, state.zk_version)
         except VersionConflictError:
             log.info("event=isr_change_conflict partition=%s-%d isr=%s", *key, list(isr))
-            partition.isr_change_failed()
+            partition.isr_change_ended()
             return
         except (KafkaError, CoordinationError) as exc:
             # ZooKeeper unreachable or the session expired (CoordinationError), among others: the change must
             # be marked failed, or the partition would wait for this write forever and never change its ISR.
             log.warning("event=isr_change_failed partition=%s-%d isr=%s error=%r", *key, list(isr), str(exc))
-            partition.isr_change_failed()
+            partition.isr_change_ended()
             return
         log.info(
             "event=isr_changed partition=%s-%d leader_epoch=%d isr=%s previous=%s",
@@ -197,6 +197,10 @@ class ReplicaManager(MetadataListener):
             self.apply_written_state(
                 partition.topic, partition.index, dataclasses.replace(new, zk_version=version)
             )
+        # Not applied when a newer state came first (the controller rewrote the ISR in this leader epoch,
+        # as when a restarted follower registers again): that state stands, and without this the change
+        # would stay pending and keep the leader from ever asking to expand the ISR again.
+        partition.isr_change_ended()
 
     def check_isr_lag(self) -> None:
         """Shrink the ISR of every led partition whose followers stopped keeping up."""

@@ -141,3 +141,41 @@ async def test_a_refused_shrink_does_not_block_the_expansion_after_the_controlle
     partition.update_follower(3, 0)
     assert await settled(lambda: partition.isr == (1, 2, 3)), "3 is back in sync"
     assert zookeeper["written"] == [(1, 2), (1, 2, 3)]
+
+
+async def test_an_expansion_superseded_by_the_controller_in_the_same_epoch_is_asked_again(
+    lonely_leader,
+) -> None:
+    """The leader's write of ISR (1, 2) lands in ZooKeeper, but before its answer is applied the controller
+    writes ISR (1,) in the same leader epoch (follower 2 restarted and registered again), and that newer
+    state reaches the leader first. The leader's own older state is then not applied; its change must not
+    stay pending, or the leader never asks to let 2 back in."""
+    manager, partition, zookeeper = lonely_leader
+    zookeeper["up"] = True
+    answer = asyncio.Event()
+    real_write = manager.write_state
+
+    async def write_answered_late(topic: str, index: int, state: PartitionState, version: int) -> int:
+        written = await real_write(topic, index, state, version)
+        await answer.wait()
+        return written
+
+    def apply_unless_older(topic: str, index: int, state: PartitionState) -> None:
+        known = manager.cache.states[(topic, index)]
+        if state.zk_version >= known.zk_version:  # as the broker's metadata cache does
+            manager.cache.states[(topic, index)] = state
+            manager.on_partition_state(topic, index)
+
+    manager.write_state = write_answered_late
+    manager.apply_written_state = apply_unless_older
+    partition.update_follower(2, 0)
+    assert partition.pending_isr == (1, 2)
+    assert await settled(lambda: zookeeper["written"] == [(1, 2)])
+    manager.cache.states[("t", 0)] = PartitionState(
+        leader=1, leader_epoch=0, isr=(1,), controller_epoch=1, zk_version=2
+    )
+    manager.on_partition_state("t", 0)
+    answer.set()
+    assert await settled(lambda: partition.pending_isr is None), "the superseded change is not pending"
+    partition.update_follower(2, 0)
+    assert await settled(lambda: zookeeper["written"] == [(1, 2), (1, 2)]), "2 is asked back in"
