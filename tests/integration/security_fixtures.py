@@ -3,10 +3,11 @@ PLAINTEXT, SASL_SSL and SSL listeners, and client settings for it."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,39 @@ def add_users(store: ClusterStore) -> None:
     for user, password in (("alice", PASSWORD), ("broker", BROKER_PASSWORD)):
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             store.set_scram_credential(user, mechanism, ScramCredential.from_password(mechanism, password))
+
+
+@contextlib.contextmanager
+def broker_with_acls(
+    zookeeper_connect: str,
+    directory: Path,
+    store: ClusterStore,
+    users: Mapping[str, str],
+    topics: Iterable[str],
+) -> Iterator[tuple[BrokerProcess, int]]:
+    """One broker with the ACL authorizer, `users` (SCRAM-SHA-512) on a SASL_PLAINTEXT listener whose port it
+    yields with the broker, and `topics` made; admin is a super user."""
+    for user, password in users.items():
+        store.set_scram_credential(
+            user, "SCRAM-SHA-512", ScramCredential.from_password("SCRAM-SHA-512", password)
+        )
+    plain_port, sasl_port = find_free_port(), find_free_port()
+    properties = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        # The PLAINTEXT listener (ANONYMOUS) is the harness's and the brokers' own: trusted here.
+        "super.users": "User:admin;User:ANONYMOUS",
+        "zookeeper.session.timeout.ms": 6000,
+    }
+    process = BrokerProcess(1, zookeeper_connect, directory, port=plain_port, properties=properties)
+    process.start()
+    try:
+        with Admin(bootstrap_servers=process.bootstrap) as admin:
+            admin.create_topics([NewTopic(t, 1, 1) for t in topics])
+        yield process, sasl_port
+    finally:
+        process.stop(timeout=15)
 
 
 def secure_properties(certificates: Path, **extra: object) -> dict[str, object]:

@@ -21,9 +21,10 @@ from kafka.admin import (
     ResourcePatternFilter,
     ResourceType,
 )
+from security_fixtures import broker_with_acls
 
-from backbone.client import Admin, ConfigResource, ConfigResourceType, NewTopic
-from backbone.coordination import ClusterStore, ScramCredential, find_free_port
+from backbone.client import Admin, ConfigResource, ConfigResourceType
+from backbone.coordination import ClusterStore
 from backbone.dev.processes import BrokerProcess
 from backbone.protocol.errors import TopicAuthorizationFailedError
 
@@ -36,29 +37,10 @@ TOPICS = ("orders", "payments", "logs-app", "mixed-open", "mixed-secret", "hoste
 @pytest.fixture
 def acl_broker(zookeeper, chroot: str, tmp_path: Path, store_factory) -> Iterator[tuple[BrokerProcess, int]]:
     store: ClusterStore = store_factory()
-    for user, password in USERS.items():
-        store.set_scram_credential(
-            user, "SCRAM-SHA-512", ScramCredential.from_password("SCRAM-SHA-512", password)
-        )
-    plain_port, sasl_port = find_free_port(), find_free_port()
-    properties = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        # The PLAINTEXT listener (ANONYMOUS) is the harness's and the brokers' own: trusted here.
-        "super.users": "User:admin;User:ANONYMOUS",
-        "zookeeper.session.timeout.ms": 6000,
-    }
-    process = BrokerProcess(
-        1, zookeeper.connect_string + chroot, tmp_path / "broker", port=plain_port, properties=properties
-    )
-    process.start()
-    try:
-        with Admin(bootstrap_servers=process.bootstrap) as admin:
-            admin.create_topics([NewTopic(t, 1, 1) for t in TOPICS])
-        yield process, sasl_port
-    finally:
-        process.stop(timeout=15)
+    with broker_with_acls(
+        zookeeper.connect_string + chroot, tmp_path / "broker", store, USERS, TOPICS
+    ) as started:
+        yield started
 
 
 def sasl(port: int, user: str) -> dict[str, object]:

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
+from security_fixtures import broker_with_acls
 
-from backbone.client import Admin, NewTopic
-from backbone.coordination import AclBinding, ClusterStore, ScramCredential, find_free_port
-from backbone.dev.processes import BrokerProcess
+from backbone.coordination import AclBinding, ClusterStore
 
 pytestmark = pytest.mark.integration
 
@@ -29,28 +28,9 @@ EVERY_TOPIC_OPERATION |= {"DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
 @pytest.fixture
 def acl_broker(zookeeper, chroot: str, tmp_path: Path, store_factory) -> Iterator[tuple[ClusterStore, int]]:
     store: ClusterStore = store_factory()
-    for user, password in USERS.items():
-        credential = ScramCredential.from_password("SCRAM-SHA-512", password)
-        store.set_scram_credential(user, "SCRAM-SHA-512", credential)
-    plain_port, sasl_port = find_free_port(), find_free_port()
-    properties = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        # The PLAINTEXT listener (ANONYMOUS) is the harness's and the brokers' own: trusted here.
-        "super.users": "User:admin;User:ANONYMOUS",
-        "zookeeper.session.timeout.ms": 6000,
-    }
-    process = BrokerProcess(
-        1, zookeeper.connect_string + chroot, tmp_path / "broker", port=plain_port, properties=properties
-    )
-    process.start()
-    try:
-        with Admin(bootstrap_servers=process.bootstrap) as admin:
-            admin.create_topics([NewTopic(TOPIC, 1, 1)])
+    connect = zookeeper.connect_string + chroot
+    with broker_with_acls(connect, tmp_path / "broker", store, USERS, [TOPIC]) as (_, sasl_port):
         yield store, sasl_port
-    finally:
-        process.stop(timeout=15)
 
 
 def admin_as(user: str, port: int) -> AdminClient:
