@@ -179,13 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true", help="start pacing as soon as the topic is created")
     parser.add_argument("--timeline", action="store_true", help="latency by second of sending")
     parser.add_argument("--source", action="store_true", help="also measure send-to-source latency")
+    parser.add_argument("--keep", type=Path, help="run the topology in this new directory and keep its logs")
     args = parser.parse_args(argv)
     stop_on_termination()
     expected = 2 * int(args.rate * args.seconds)
     arrivals = Arrivals()
     flowing = None
     with tempfile.TemporaryDirectory(prefix="topology-latency-") as tmp:
-        directory = Path(tmp) / "dev"
+        directory = args.keep or Path(tmp) / "dev"
         progress = lambda line: print(line, file=sys.stderr)  # noqa: E731
         try:
             started = topology.up(directory, brokers=3, progress=progress, preferred_ports=False)
