@@ -361,6 +361,21 @@ def uniform_batch(start: int, count: int, codec: Codec = Codec.NONE) -> bytes:
     return bytes(data)
 
 
+def test_a_backlog_on_one_partition_does_not_hold_another_back() -> None:
+    # Both partitions have more buffered than a poll returns: the polls take turns, rather than serving the
+    # first partition until its backlog is gone while the second one's records wait.
+    f = fetcher()
+    first, second = TopicPartition("t", 0), TopicPartition("t", 1)
+    for tp in (first, second):
+        state = PartitionState(position=0, fetch_position=300)
+        f.assignment[tp] = state
+        records = uniform_batch(0, 300)
+        state.buffered.append(CompletedFetch(tp, state.generation, records, None, scan_batches(records)[0]))
+    served = [set(f.drain(100)) for _ in range(4)]
+    assert served == [{first}, {second}, {first}, {second}]
+    assert f.assignment[first].position == f.assignment[second].position == 200
+
+
 async def test_alike_records_come_back_whole_across_small_polls(fake: FakeCluster) -> None:
     fake.append_raw("t", 0, uniform_batch(0, 300))
     fake.append_raw("t", 0, uniform_batch(300, 300, Codec.LZ4))

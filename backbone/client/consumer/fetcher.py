@@ -12,7 +12,8 @@ sought or unassigned since the request went out are dropped (each seek bumps the
 Offsets that must be looked up first (`seek_to_beginning`/`seek_to_end`, `auto.offset.reset`) are resolved
 with ListOffsets by the same loop.
 
-Decoding happens in `poll`, batch by batch, only as far as `max.poll.records` needs: control batches are
+Decoding happens in `poll`, batch by batch, only as far as `max.poll.records` needs (the partitions a poll
+served come last in the next one, so a backlog on one never holds another's records back): control batches are
 skipped, and with `isolation.level=read_committed` so are batches of aborted transactions. Batches are
 decoded lazily (`LazyRecords`): checked whole in `poll`, but the records of their runs of alike records
 are made only as the application reads them, one at a time, which spares the garbage collector.
@@ -405,6 +406,10 @@ class Fetcher:
                 result[tp] = out
             if budget <= 0:
                 break
+        # The partitions served go last for the next poll, as Kafka's consumer does: a consumer behind on one
+        # partition must not leave another's records waiting until that backlog is gone.
+        for tp in result:
+            self.assignment[tp] = self.assignment.pop(tp)
         # Only what poll can return counts: data buffered for a paused partition must not keep the event set,
         # or poll would spin on it without ever yielding to the event loop.
         if not any(state.buffered and not state.paused for state in self.assignment.values()):
