@@ -222,6 +222,11 @@ class ReplicaManager(MetadataListener):
         )
         self.log_manager.set_topic_config(topic, config)
 
+    def apply_log_defaults(self, defaults: LogConfig) -> None:
+        """New broker log defaults (dynamic broker configs) under every topic's own overrides."""
+        topics = {t: LogConfig.from_properties(o, base=defaults) for t, o in self.topic_configs.items() if o}
+        self.log_manager.set_default_config(defaults, topics)
+
     # -- housekeeping ---------------------------------------------------------------------------------
 
     def expire_producers(self) -> None:
