@@ -1,7 +1,7 @@
 """Dynamic broker configs on real brokers and a real ZooKeeper, driven by confluent-kafka's AdminClient:
 a cluster-wide default reaches every broker and the open logs of topics without their own override, a
 broker's own value wins over the default, keys Kafka cannot change at run time are refused, and a
-restarted broker applies what is stored."""
+restarted broker applies what is stored; and `backbone configs` shows and changes them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from broker_fixtures import wait_until_brokers_see_each_other
+from cli_support import run, run_ok
 from kio.schema.describe_configs.v4 import request as describe_v4
 
 from tests.helpers.names import unique_name
@@ -146,3 +147,21 @@ def test_a_restarted_broker_keeps_its_dynamic_configs(broker_factory) -> None:
     restarted = admin_client(broker.bootstrap)
     entry = broker_entry(restarted, 1, "background.threads")
     assert (entry.value, int(entry.source)) == ("9", DYNAMIC_BROKER_CONFIG)
+
+
+def test_the_configs_command_describes_and_alters_broker_configs(broker) -> None:
+    server = ("--bootstrap-server", broker.bootstrap)
+    done = run_ok("configs", "alter", "--broker-defaults", *server, "--config", "log.retention.ms=5000")
+    assert done.decode() == "altered the cluster-wide defaults: set log.retention.ms=5000\n"
+    run_ok("configs", "alter", "--broker", "1", *server, "--config", "num.io.threads=4")
+    described = run_ok("configs", "describe", "--broker", "1", *server).decode().splitlines()
+    assert described == [
+        "log.retention.ms=5000 (DYNAMIC_DEFAULT_BROKER_CONFIG)",
+        "num.io.threads=4 (DYNAMIC_BROKER_CONFIG)",
+    ]
+    run_ok("configs", "alter", "--broker", "1", *server, "--delete-config", "num.io.threads")
+    defaults = run_ok("configs", "describe", "--broker-defaults", *server).decode()
+    assert defaults == "log.retention.ms=5000 (DYNAMIC_DEFAULT_BROKER_CONFIG)\n"
+    refused = run("configs", "alter", "--broker", "1", *server, "--config", "broker.id=2")
+    assert refused.returncode == 1
+    assert "Cannot update these configs dynamically: broker.id" in refused.stderr.decode()
