@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -54,6 +53,7 @@ from backbone.log.cleaner import LogCleaner
 from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
 from backbone.protocol.api import ApiTable
 from backbone.protocol.errors import KafkaError
+from backbone.stopping import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -552,10 +552,7 @@ class Broker(MetadataListener):
 async def run_broker(config: BrokerConfig, ready: Callable[[Broker], None] | None = None) -> None:
     """Run a broker until SIGTERM or SIGINT, then shut it down cleanly."""
     broker = Broker(config)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     try:
         await broker.start()
         if ready is not None:

@@ -21,12 +21,12 @@ from backbone.log.config import LogConfig
 from backbone.log.files import storage_errors
 from backbone.log.index import DEFAULT_INDEX_CACHE, IndexCache
 from backbone.log.log import Log, parse_partition_dir, partition_dir_name
+from backbone.protocol import TopicPartition
 from backbone.protocol.errors import KafkaStorageError
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
-TopicPartition = tuple[str, int]
 
 
 class LogManager:
