@@ -79,12 +79,9 @@ def append_run(
     many).
     """
     pool = accumulator.pool
-    # A batch stops at batch.size, and at max.request.size: a record too large for a request never joins
-    # an open batch, so it comes to the size check below as the first record of a new one.
-    batch_size = min(accumulator.batch_size, max_record_size + HEADER_SIZE)
-    queue = accumulator.queues.get(tp)
-    if queue is None:
-        queue = accumulator.queues[tp] = collections.deque()
+    # A record too large for a request never joins an open batch, so it comes to the size check below as
+    # the first record of a new one.
+    batch_size, queue = _batch_size_and_queue(accumulator, tp, max_record_size)
     total = len(records)
     while progress.done < total:
         batch = queue[-1] if queue else None
@@ -116,6 +113,16 @@ def append_run(
             key, value, headers, _ = records[progress.done]
             progress.memory_needed = estimate_record_size(key, value, headers)
             return
+
+
+def _batch_size_and_queue(
+    accumulator: RecordAccumulator, tp: TopicPartition, max_record_size: int
+) -> tuple[int, collections.deque[ProducerBatch]]:
+    """Where a run's batches stop (batch.size, and max.request.size), and `tp`'s queue of batches."""
+    queue = accumulator.queues.get(tp)
+    if queue is None:
+        queue = accumulator.queues[tp] = collections.deque()
+    return min(accumulator.batch_size, max_record_size + HEADER_SIZE), queue
 
 
 def _note_batch(progress: RunProgress, batch: ProducerBatch) -> None:
@@ -184,10 +191,7 @@ def append_encoded(
     if size > max_record_size:
         raise too_large(size)
     pool = accumulator.pool
-    batch_size = min(accumulator.batch_size, max_record_size + HEADER_SIZE)
-    queue = accumulator.queues.get(tp)
-    if queue is None:
-        queue = accumulator.queues[tp] = collections.deque()
+    batch_size, queue = _batch_size_and_queue(accumulator, tp, max_record_size)
     total = len(records)
     while progress.done < total:
         batch = queue[-1] if queue else None
