@@ -16,7 +16,9 @@ records (`tests/unit/test_record_copy.py`).
 from __future__ import annotations
 
 import functools
+import itertools
 import struct
+from collections.abc import Iterator
 
 from backbone.protocol.record_runs import RunLayout, UniformRun
 from backbone.protocol.varint import SMALL_VARINT_BIAS, SMALL_VARINTS, encode_varint
@@ -26,6 +28,9 @@ _ONE_HEADER = SMALL_VARINTS[_BIAS + 1]
 _ATTRIBUTES = b"\x00"
 # Where an offset delta's varint widens (zigzag: 64 takes two bytes, 8192 three, ...).
 _WIDTHS = (64, 8192, 1 << 20, 1 << 27, 1 << 34)
+# The digits of offsets below 1000, and the last three digits of larger ones.
+_DIGITS = tuple(b"%d" % n for n in range(1000))
+_LAST_THREE = tuple(b"%03d" % n for n in range(1000))
 
 
 class HeaderedRun:
@@ -77,10 +82,15 @@ class HeaderedRun:
         delta = offset_delta
         while index < run.n:
             offset = run.first_offset + index
-            digits = len(b"%d" % offset)
             # A stretch has one width of offset digits and of offset delta varints, so one record length
-            # per distinct timestamp delta.
-            stop = min(run.n, index + 10**digits - offset, index + _next_width(delta) - delta)
+            # per distinct timestamp delta; and one thousand of offsets, so the digits are a constant
+            # (the thousands) and a column cut from a table (the last three).
+            thousands, low = divmod(offset, 1000)
+            high = b"%d" % thousands if thousands else b""
+            digits = len(high) + 3 if thousands else len(b"%d" % offset)
+            stop = min(run.n, index + 1000 - low, index + _next_width(delta) - delta)
+            if not thousands:
+                stop = min(stop, index + 10**digits - offset)
             width = 1 if delta < 64 else len(encode_varint(delta))
             rest = self._rest(digits, width)
             fits = room // (rest + 16)  # 16: length (5), attributes (1), timestamp delta (10)
@@ -89,7 +99,7 @@ class HeaderedRun:
             stop = min(stop, index + fits)
             if stop <= index:
                 break
-            keys, bodies = self._columns(index, stop)
+            keys = self._timestamp_keys(index, stop)
             table = run.timestamps
             heads = {}
             for key in set(keys):
@@ -101,12 +111,13 @@ class HeaderedRun:
                 )
                 heads[key] = encode_varint(1 + len(stamp) + rest) + _ATTRIBUTES + stamp
             count = stop - index
+            header = self._header + encode_varint(len(self._prefix) + digits) + self._prefix + high
             parts: list[bytes] = [b""] * (5 * count)
             parts[0::5] = map(heads.__getitem__, keys)
             parts[1::5] = _offset_deltas(delta, count)
-            parts[2::5] = bodies
-            parts[3::5] = [self._header + encode_varint(len(self._prefix) + digits) + self._prefix] * count
-            parts[4::5] = " ".join(map(str, range(offset, offset + count))).encode().split()
+            parts[2::5] = self._bodies(index, stop)
+            parts[3::5] = [header] * count
+            parts[4::5] = (_LAST_THREE if thousands else _DIGITS)[low : low + count]
             chunk = b"".join(parts)
             chunks.append(chunk)
             timestamps += map(table.__getitem__, keys)
@@ -121,15 +132,14 @@ class HeaderedRun:
         header = len(self._header) + len(encode_varint(value_size)) + value_size
         return delta_width + _body_size(self.run.layout) + header
 
-    def _columns(self, start: int, stop: int) -> tuple[tuple[int, ...], tuple[bytes, ...]]:
-        """Records [start, stop)'s timestamp delta varints (as `UniformRun.timestamps` keys them) and their
-        fixed parts (key and value with their lengths)."""
+    def _bodies(self, start: int, stop: int) -> Iterator[bytes]:
+        """Records [start, stop)'s fixed parts (key and value with their lengths), cut out by a struct."""
         run = self.run
         layout = run.layout
         view = memoryview(run.buf)[run.pos + start * layout.stride : run.pos + stop * layout.stride]
-        fields = _columns_struct(layout.stride, layout.timestamp_at, layout.timestamp_width, _body_at(layout))
-        keys, bodies = zip(*fields.iter_unpack(view), strict=True)
-        return keys, bodies
+        return itertools.chain.from_iterable(
+            _bodies_struct(layout.stride, _body_at(layout)).iter_unpack(view)
+        )
 
     def _timestamp_keys(self, start: int, stop: int) -> list[int]:
         layout = self.run.layout
@@ -163,8 +173,6 @@ def _offset_deltas(first: int, count: int) -> tuple[bytes, ...] | list[bytes]:
 
 
 @functools.lru_cache(maxsize=256)
-def _columns_struct(stride: int, timestamp_at: int, timestamp_width: int, body_at: int) -> struct.Struct:
-    """Unpacks a run's record into its timestamp delta varint and its fixed part."""
-    gap = body_at - timestamp_at - timestamp_width
-    body = stride - 1 - body_at
-    return struct.Struct(f"<{timestamp_at}x{'B' if timestamp_width == 1 else 'H'}{gap}x{body}s1x")
+def _bodies_struct(stride: int, body_at: int) -> struct.Struct:
+    """Unpacks a run's record into its fixed part."""
+    return struct.Struct(f"<{body_at}x{stride - 1 - body_at}s1x")
