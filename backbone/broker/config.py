@@ -207,6 +207,14 @@ class BrokerConfig:
                 f"inter.broker.listener.name: {self.inter_broker_listener} is not one of listeners"
             )
         check_budget(self.values["queued.max.request.bytes"], self.values["socket.request.max.bytes"])
+        # Dynamic broker configs (KIP-226), layered on top by handlers/broker_configs.apply_dynamic: the
+        # stored strings of the cluster-wide defaults and of this broker, and the typed values of the keys
+        # the broker acts on. `values` and `static_log` stay what the properties file says; `log` and
+        # `config[key]` give the effective values.
+        self.static_log = self.log
+        self.dynamic_defaults: dict[str, str] = {}
+        self.dynamic_broker: dict[str, str] = {}
+        self.dynamic_values: dict[str, Any] = {}
         self.log_dirs: list[str] = self.values["log.dirs"] or [self.values["log.dir"]]
         self.sasl_mechanisms = check_sasl_mechanisms(self.values["sasl.enabled.mechanisms"])
         self.inter_broker_credentials = jaas_credentials(self.values["sasl.jaas.config"])
@@ -226,7 +234,9 @@ class BrokerConfig:
         return next(e.security_protocol for e in self.listeners if e.listener == self.inter_broker_listener)
 
     def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+        """The effective value: a dynamic one where the broker acts on it, else the static one."""
+        dynamic = self.dynamic_values
+        return dynamic[key] if key in dynamic else self.values[key]
 
     @property
     def broker_id(self) -> int:

@@ -21,10 +21,9 @@ from backbone.coordination import (
     TopicAssignment,
     Watch,
 )
+from backbone.protocol import TopicPartition
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass

@@ -28,6 +28,7 @@ from backbone.protocol.errors import (
     NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    UnknownTopicOrPartitionError,
 )
 from backbone.protocol.record_batch import NO_PRODUCER_ID
 
@@ -91,6 +92,9 @@ class Partition:
         log_.cleaner_upper_bound = lambda: log_.high_watermark
         self.producer_state = ProducerStateManager(log_.directory, producer_expiration_ms)
         self._waiters: list[asyncio.Future[None]] = []
+        # Set when this broker stops hosting the partition (its topic deleted, or the replica moved away):
+        # what acks=all produces still wait for then fails at once rather than at the request's timeout.
+        self.removed: str | None = None  # "deleted" or "moved"
         self._load_producer_state()
 
     def __repr__(self) -> str:
@@ -319,6 +323,8 @@ class Partition:
                         f"replicas, fewer than min.insync.replicas={min_insync_replicas}"
                     )
                 return
+            if self.removed is not None:
+                raise self._removal_error()
             if not self.is_leader:
                 raise NotLeaderOrFollowerError(
                     f"{self.topic}-{self.index} lost leadership while waiting for acks"
@@ -348,6 +354,18 @@ class Partition:
             # stays small.
             self._waiters = [w for w in self._waiters if not w.done()]
         self._waiters.append(waiter)
+
+    def remove(self, *, topic_deleted: bool) -> None:
+        """This broker no longer hosts the partition: every waiter wakes, and acks waits fail as Kafka's
+        delayed produces do (UNKNOWN_TOPIC_OR_PARTITION for a deleted topic, else NOT_LEADER_OR_FOLLOWER)."""
+        self.removed = "deleted" if topic_deleted else "moved"
+        self.wake_waiters()
+
+    def _removal_error(self) -> Exception:
+        where = f"{self.topic}-{self.index}"
+        if self.removed == "deleted":
+            return UnknownTopicOrPartitionError(f"{where} was deleted while waiting for acks")
+        return NotLeaderOrFollowerError(f"{where} moved off this broker while waiting for acks")
 
     def wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -142,17 +142,17 @@ class ReplicaManager(MetadataListener):
             return
         for key in [k for k in self.partitions if k[0] == topic]:
             if self.broker_id not in assignment.partitions.get(key[1], ()):
-                self._remove_partition(key)
+                self._remove_partition(key, topic_deleted=False)
                 log.info("event=replica_removed partition=%s-%d reason=reassigned", *key)
         for index in assignment.partitions:
             # New replicas start following; hosted ones learn their new replica list (a reassignment).
             if (topic, index) in self.cache.states:
                 self.on_partition_state(topic, index)
 
-    def _remove_partition(self, key: TopicPartition) -> None:
+    def _remove_partition(self, key: TopicPartition, *, topic_deleted: bool) -> None:
         self.fetchers.unfollow(key)
         hosted = self.partitions.pop(key)
-        hosted.wake_waiters()
+        hosted.remove(topic_deleted=topic_deleted)
         self.log_manager.delete_log(*key)
 
     # -- ISR changes (leader) ---------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class ReplicaManager(MetadataListener):
 
     def on_topic_deleted(self, topic: str) -> None:
         for key in [k for k in self.partitions if k[0] == topic]:
-            self._remove_partition(key)
+            self._remove_partition(key, topic_deleted=True)
             log.info("event=partition_deleted partition=%s-%d", *key)
         self.topic_configs.pop(topic, None)
         self.log_manager.set_topic_config(topic, None)
@@ -221,6 +221,11 @@ class ReplicaManager(MetadataListener):
             LogConfig.from_properties(overrides, base=self.log_manager.default_config) if overrides else None
         )
         self.log_manager.set_topic_config(topic, config)
+
+    def apply_log_defaults(self, defaults: LogConfig) -> None:
+        """New broker log defaults (dynamic broker configs) under every topic's own overrides."""
+        topics = {t: LogConfig.from_properties(o, base=defaults) for t, o in self.topic_configs.items() if o}
+        self.log_manager.set_default_config(defaults, topics)
 
     # -- housekeeping ---------------------------------------------------------------------------------
 

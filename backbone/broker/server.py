@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from backbone.broker.controller.control_loop import Controller
 from backbone.broker.controller.liveness import Liveness
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers.admin_common import MetadataWaiter
+from backbone.broker.handlers.broker_configs import apply_dynamic
 from backbone.broker.handlers.wiring import register_all
 from backbone.broker.metadata_cache import MetadataCache, MetadataListener, MetadataSync
 from backbone.broker.metrics import BrokerMetrics
@@ -45,6 +45,7 @@ from backbone.coordination import (
     ScramCredential,
     SessionEvent,
     Watch,
+    paths,
 )
 from backbone.coordination.quotas import parse_entity_node
 from backbone.log import LogManager
@@ -52,6 +53,7 @@ from backbone.log.cleaner import LogCleaner
 from backbone.log.meta_properties import InconsistentClusterIdError, LogDirIdentity
 from backbone.protocol.api import ApiTable
 from backbone.protocol.errors import KafkaError
+from backbone.stopping import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,8 @@ class Broker(MetadataListener):
         await asyncio.to_thread(self.store.start)
         self.cache.cluster_id = await self._check_cluster_id()
         self.store.add_session_listener(lambda event: self._session_event(loop, event))
+        # Before the logs open, so they open with the dynamic log defaults.
+        await self._load_broker_configs()
         await asyncio.to_thread(self.log_manager.startup)
         sender = FileRegionSender(self.config["fetch.sendfile.threshold.bytes"])
         for endpoint in self.config.listeners:
@@ -193,8 +197,9 @@ class Broker(MetadataListener):
         await asyncio.to_thread(self.sync.start)
         await self._finish_deletions_missed()
         self._config_watch = await self.zk(self.store.watch_config_changes, self._config_changed_threadsafe)
-        # Read after the watch is set, so no quota change falls between the two.
+        # Read after the watch is set, so no quota or broker config change falls between the two.
         self.quotas.book.replace(await self.zk(self.store.client_quotas))
+        await self._load_broker_configs()
         await self._register()
         await self._clear_predecessor_state()
         self._shutdown_watch = await self.zk(
@@ -459,12 +464,33 @@ class Broker(MetadataListener):
         if topic in self.cache.topics:
             self.replicas.apply_topic_config(topic, overrides)
 
+    async def _load_broker_configs(self) -> None:
+        """Read the dynamic broker configs (cluster-wide defaults and this broker's) and apply them: the
+        effective values in `config`, the log defaults to every log."""
+        try:
+            defaults = await self.zk(self.store.get_broker_config, None)
+            mine = await self.zk(self.store.get_broker_config, self.broker_id)
+        except (KafkaError, CoordinationError) as exc:
+            log.warning("event=broker_config_unreadable error=%r", str(exc))
+            return
+        apply_dynamic(self.config, defaults, mine)
+        self.replicas.apply_log_defaults(self.config.log)
+        log.info(
+            "event=broker_config_applied defaults=%s broker=%s",
+            ",".join(sorted(self.config.dynamic_defaults)) or "-",
+            ",".join(sorted(self.config.dynamic_broker)) or "-",
+        )
+
     def _config_changed_threadsafe(self, change: ConfigChange) -> None:
         loop = self.sync.loop if self.sync is not None else None
         if loop is None or loop.is_closed():
             return
         if change.entity_type == "topics":
             loop.call_soon_threadsafe(lambda: loop.create_task(self._load_topic_config(change.entity_name)))
+            return
+        mine = (paths.broker_config_name(None), paths.broker_config_name(self.broker_id))
+        if change.entity_type == "brokers" and change.entity_name in mine:
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._load_broker_configs()))
             return
         entity = parse_entity_node(f"{change.entity_type}/{change.entity_name}")
         if entity is not None:
@@ -496,9 +522,9 @@ class Broker(MetadataListener):
         """Clean logs back to back while there is work, and pause log.cleaner.backoff.ms only after a pass
         that found none, as Kafka's cleaner threads do: a log filling faster than one pass cleans is
         compacted soon after its last write, not a backoff after each pass."""
-        backoff_s = self.config["log.cleaner.backoff.ms"] / 1000
         while True:
-            await asyncio.sleep(backoff_s)
+            # Read at each pause: it is a dynamic broker config.
+            await asyncio.sleep(self.config["log.cleaner.backoff.ms"] / 1000)
             try:
                 while await asyncio.to_thread(self.log_manager.run_cleaner):
                     pass
@@ -526,10 +552,7 @@ class Broker(MetadataListener):
 async def run_broker(config: BrokerConfig, ready: Callable[[Broker], None] | None = None) -> None:
     """Run a broker until SIGTERM or SIGINT, then shut it down cleanly."""
     broker = Broker(config)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     try:
         await broker.start()
         if ready is not None:

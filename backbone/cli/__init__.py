@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "servers",
     "dev",
     "topics",
+    "configs",
     "leaders",
     "produce",
     "consume",

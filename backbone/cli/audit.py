@@ -17,7 +17,6 @@ import asyncio
 import json
 import logging
 import re
-import signal
 import sys
 import time
 
@@ -31,6 +30,7 @@ from backbone.cli.connect import (
     int_at_least,
     reports_failures,
 )
+from backbone.stopping import stop_on_signals
 from backbone.times import time_ms
 
 _DEFAULT_TOPIC = "__audit"  # backbone.client.audit.DEFAULT_TOPIC (not imported: the client loads slowly)
@@ -141,10 +141,7 @@ def _count(args: argparse.Namespace) -> int:
     logging.getLogger("backbone.mirror").setLevel(min(logging.INFO, logging.getLogger().level))
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(number, stop.set)
+        stop = stop_on_signals()
         await ClusterAuditor(
             settings, security_settings(client_config(args)), security_settings(client_config(publish_args))
         ).run(stop)

@@ -204,3 +204,25 @@ def parse_assignments(items: list[str], option: str) -> dict[str, str]:
             raise UsageError(f"{option} gives {key!r} twice")
         result[key] = value
     return result
+
+
+def config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--config", action="extend", nargs="+", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
+def delete_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--delete-config", action="extend", nargs="+", default=[], metavar="KEY", help=help_text
+    )
+
+
+def config_changes(args: argparse.Namespace) -> dict[str, str | None]:
+    """--config KEY=VALUE and --delete-config KEY as the changes an incremental alter makes (None: delete)."""
+    changes: dict[str, str | None] = dict(parse_assignments(args.config, "--config"))
+    for key in args.delete_config:
+        if key in changes:
+            raise UsageError(f"{key!r} is both set with --config and removed with --delete-config")
+        changes[key] = None
+    return changes

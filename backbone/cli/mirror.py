@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 
 from backbone.cli import UsageError
 from backbone.cli.connect import CommandFailed, probe, reports_failures
 from backbone.properties import ConfigError, parse_overrides, read_properties_file
+from backbone.stopping import stop_on_signals
 
 _CHECK_TIMEOUT_MS = 10_000
 _FLAGS = {
@@ -101,10 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_reachable(side, servers, security_settings(client))
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(number, stop.set)
+        stop = stop_on_signals()
         mirror = Mirror(config)
         if config.metrics_port:
             mirror.metrics.serve(config.metrics_port)

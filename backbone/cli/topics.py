@@ -11,7 +11,10 @@ from backbone.cli import UsageError
 from backbone.cli.connect import (
     CommandFailed,
     admin_session,
+    config_changes,
+    config_option,
     connection_options,
+    delete_config_option,
     int_at_least,
     parse_assignments,
     reports_failures,
@@ -39,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument(
         "--replication-factor", type=int_at_least(1), help="default: the broker's default.replication.factor"
     )
-    _config_option(create, "a topic config (repeatable), e.g. retention.ms=86400000")
+    config_option(create, "a topic config (repeatable), e.g. retention.ms=86400000")
     create.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
     create.set_defaults(handler=create_topic)
 
@@ -57,15 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     alter = actions.add_parser("alter", parents=common, help="change a topic's configs or add partitions")
     alter.add_argument("name", metavar="NAME")
-    _config_option(alter, "set a topic config (repeatable)")
-    alter.add_argument(
-        "--delete-config",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY",
-        help="remove a topic config, so the default applies again (repeatable)",
-    )
+    config_option(alter, "set a topic config (repeatable)")
+    delete_config_option(alter, "remove a topic config, so the default applies again (repeatable)")
     alter.add_argument("--partitions", type=int_at_least(1), help="grow the topic to this many partitions")
     alter.set_defaults(handler=alter_topic)
 
@@ -73,12 +69,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("names", nargs="+", metavar="NAME")
     delete.add_argument("--if-exists", action="store_true", help="succeed for topics that do not exist")
     delete.set_defaults(handler=delete_topics)
-
-
-def _config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
-    parser.add_argument(
-        "--config", action="extend", nargs="+", default=[], metavar="KEY=VALUE", help=help_text
-    )
 
 
 def _no_such_topics(names: Iterable[str]) -> CommandFailed:
@@ -211,11 +201,7 @@ def _watermarks(admin: Admin, topics: Iterable[TopicDescription]) -> dict[TopicP
 def alter_topic(args: argparse.Namespace) -> int:
     from backbone.client import ConfigResource, ConfigResourceType
 
-    changes: dict[str, str | None] = dict(parse_assignments(args.config, "--config"))
-    for key in args.delete_config:
-        if key in changes:
-            raise UsageError(f"{key!r} is both set with --config and removed with --delete-config")
-        changes[key] = None
+    changes = config_changes(args)
     if not changes and args.partitions is None:
         raise UsageError("say what to change: --config KEY=VALUE, --delete-config KEY or --partitions N")
     done = []

@@ -44,12 +44,25 @@ COMPACT_EVERY_MS = 3_600_000
 
 metadata = MetaData()
 
-partition_lag = Table(
+
+def _timed_table(name: str, *columns: Column | Index) -> Table:
+    """A table whose rows each begin with an id and the time they were written (epoch ms)."""
+    return Table(
+        name,
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("ts_ms", BigInteger, nullable=False),
+        *columns,
+    )
+
+
+def _sampled_table(name: str, *columns: Column | Index) -> Table:
+    """A table of samples: each row's id and time, then the cluster sampled, then its own columns."""
+    return _timed_table(name, Column("cluster", String(64), nullable=False), *columns)
+
+
+partition_lag = _sampled_table(
     "partition_lag",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("ts_ms", BigInteger, nullable=False),
-    Column("cluster", String(64), nullable=False),
     Column("group_id", String(255), nullable=False),
     Column("topic", String(255), nullable=False),
     Column("partition", Integer, nullable=False),
@@ -61,35 +74,24 @@ partition_lag = Table(
     Index("ix_partition_lag_series", "cluster", "group_id", "topic", "partition", "ts_ms", "lag"),
 )
 
-group_status = Table(
+group_status = _sampled_table(
     "group_status",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("ts_ms", BigInteger, nullable=False),
-    Column("cluster", String(64), nullable=False),
     Column("group_id", String(255), nullable=False),
     Column("status", String(8), nullable=False),
     Column("total_lag", BigInteger),
     Index("ix_group_status_group", "cluster", "group_id", "ts_ms"),
 )
 
-topic_size = Table(
+topic_size = _sampled_table(
     "topic_size",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("ts_ms", BigInteger, nullable=False),
-    Column("cluster", String(64), nullable=False),
     Column("topic", String(255), nullable=False),
     Column("size_bytes", BigInteger),
     Column("end_offsets", BigInteger, nullable=False),
     Index("ix_topic_size_topic", "cluster", "topic", "ts_ms"),
 )
 
-action_log = Table(
+action_log = _timed_table(
     "action_log",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("ts_ms", BigInteger, nullable=False),
     Column("user", String(255), nullable=False),
     Column("cluster", String(64), nullable=False),
     Column("action", String(64), nullable=False),

@@ -17,46 +17,38 @@ from backbone.console.burrow import SEVERITY
 CONDITIONS = {"OK": 0, "WARN": 1, "STOP": 2, "STALL": 3, "REWIND": 4}
 
 
+_PARTITION = ["cluster", "group", "topic", "partition"]
+_GROUP = ["cluster", "group"]
+_MIRROR = ["source", "target", "group"]
+# What the console exports: {key: (metric name, help, labels)}, in the order they are exported.
+_GAUGES = {
+    "lag": ("backbone_console_group_partition_lag", "records the group is behind", _PARTITION),
+    "status": ("backbone_console_group_status", "group status: 0 OK, 1 WARN, 2 ERR", _GROUP),
+    "condition": (
+        "backbone_console_partition_condition",
+        "partition condition: 0 OK, 1 WARN, 2 STOP, 3 STALL, 4 REWIND",
+        _PARTITION,
+    ),
+    "total": ("backbone_console_group_total_lag", "records behind in total", _GROUP),
+    "broker_up": ("backbone_console_broker_up", "1 when the broker is registered", ["cluster", "broker"]),
+    "reachable": ("backbone_console_cluster_reachable", "1 when the last sample succeeded", ["cluster"]),
+    "partitions": ("backbone_console_partitions", "partitions by health", ["cluster", "health"]),
+    "mirror_records": ("backbone_console_mirror_lag_records", "records a mirror has still to copy", _MIRROR),
+    "mirror_seconds": ("backbone_console_mirror_lag_seconds", "event-time lag of a mirror", _MIRROR),
+}
+
+
 class SnapshotCollector(Collector):
     def __init__(self, console: ConsoleState) -> None:
         self.console = console
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        lag = GaugeMetricFamily(
-            "backbone_console_group_partition_lag",
-            "records the group is behind",
-            labels=["cluster", "group", "topic", "partition"],
-        )
-        status = GaugeMetricFamily(
-            "backbone_console_group_status", "group status: 0 OK, 1 WARN, 2 ERR", labels=["cluster", "group"]
-        )
-        condition = GaugeMetricFamily(
-            "backbone_console_partition_condition",
-            "partition condition: 0 OK, 1 WARN, 2 STOP, 3 STALL, 4 REWIND",
-            labels=["cluster", "group", "topic", "partition"],
-        )
-        total = GaugeMetricFamily(
-            "backbone_console_group_total_lag", "records behind in total", labels=["cluster", "group"]
-        )
-        broker_up = GaugeMetricFamily(
-            "backbone_console_broker_up", "1 when the broker is registered", labels=["cluster", "broker"]
-        )
-        reachable = GaugeMetricFamily(
-            "backbone_console_cluster_reachable", "1 when the last sample succeeded", labels=["cluster"]
-        )
-        partitions = GaugeMetricFamily(
-            "backbone_console_partitions", "partitions by health", labels=["cluster", "health"]
-        )
-        mirror_records = GaugeMetricFamily(
-            "backbone_console_mirror_lag_records",
-            "records a mirror has still to copy",
-            labels=["source", "target", "group"],
-        )
-        mirror_seconds = GaugeMetricFamily(
-            "backbone_console_mirror_lag_seconds",
-            "event-time lag of a mirror",
-            labels=["source", "target", "group"],
-        )
+        gauges = {
+            key: GaugeMetricFamily(name, doc, labels=labels) for key, (name, doc, labels) in _GAUGES.items()
+        }
+        lag, status, condition, total = gauges["lag"], gauges["status"], gauges["condition"], gauges["total"]
+        broker_up, reachable, partitions = gauges["broker_up"], gauges["reachable"], gauges["partitions"]
+        mirror_records, mirror_seconds = gauges["mirror_records"], gauges["mirror_seconds"]
         for s in self.console.snapshots():
             reachable.add_metric([s.name], 1.0 if s.reachable else 0.0)
             if not s.taken_ms:
@@ -80,17 +72,7 @@ class SnapshotCollector(Collector):
                 mirror_records.add_metric(labels, m.lag_records)
                 if m.lag_seconds is not None:
                     mirror_seconds.add_metric(labels, m.lag_seconds)
-        yield from (
-            lag,
-            status,
-            condition,
-            total,
-            broker_up,
-            reachable,
-            partitions,
-            mirror_records,
-            mirror_seconds,
-        )
+        yield from gauges.values()
 
 
 def routes(app: web.Application) -> None:

@@ -3,15 +3,14 @@ sampler per cluster and serves the pages until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 
 from aiohttp import web
 
 from backbone.console.app import build_app
 from backbone.console.config import ConsoleConfig
 from backbone.console.history import HistoryStore
+from backbone.stopping import stop_on_signals
 
 log = logging.getLogger(__name__)
 READY_EVENT = "event=console_started"
@@ -24,10 +23,7 @@ async def serve(config: ConsoleConfig) -> None:
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     # Readiness is a line of our own output (dev up waits for it), so it must reach stderr at any log level.
     print(
         f"{READY_EVENT} url=http://{config.host}:{config.port}/ "

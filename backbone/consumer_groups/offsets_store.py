@@ -23,12 +23,11 @@ from backbone.consumer_groups.offsets_topic import (
     decode_key,
     decode_offset_value,
 )
+from backbone.protocol import TopicPartition
 from backbone.protocol.errors import KafkaError
 from backbone.protocol.records import KEY, OFFSET, VALUE, DecodedBatch, Record
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class OffsetsLog(Protocol):

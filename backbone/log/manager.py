@@ -21,12 +21,12 @@ from backbone.log.config import LogConfig
 from backbone.log.files import storage_errors
 from backbone.log.index import DEFAULT_INDEX_CACHE, IndexCache
 from backbone.log.log import Log, parse_partition_dir, partition_dir_name
+from backbone.protocol import TopicPartition
 from backbone.protocol.errors import KafkaStorageError
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
-TopicPartition = tuple[str, int]
 
 
 class LogManager:
@@ -153,6 +153,15 @@ class LogManager:
             for (name, _), partition_log in self._logs.items():
                 if name == topic:
                     partition_log.update_config(self.config_for(topic))
+
+    def set_default_config(self, default: LogConfig, topic_configs: Mapping[str, LogConfig]) -> None:
+        """New defaults (the broker's dynamic configs changed) with every topic's override recomputed on
+        them, swapped together; open logs take their new config at once."""
+        with self._lock:
+            self.default_config = default
+            self._topic_configs = dict(topic_configs)
+            for (topic, _), partition_log in self._logs.items():
+                partition_log.update_config(self.config_for(topic))
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))

@@ -19,36 +19,27 @@ class MirrorMetrics:
         self.registry = CollectorRegistry()
         labels = ["source", "target", "topic"]
         self._labels = {"source": source, "target": target}
-        self.records = Counter(
-            "backbone_mirror_records",
-            "Records copied and acknowledged by the target",
-            labels,
-            registry=self.registry,
-        )
-        self.bytes = Counter(
-            "backbone_mirror_bytes", "Key and value bytes copied", labels, registry=self.registry
-        )
-        self.skipped = Counter(
+
+        # Every metric is this mirror's, in its registry; counters per topic, gauges per partition.
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=self.registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, [*labels, "partition"], registry=self.registry)
+
+        self.records = counter("backbone_mirror_records", "Records copied and acknowledged by the target")
+        self.bytes = counter("backbone_mirror_bytes", "Key and value bytes copied")
+        self.skipped = counter(
             "backbone_mirror_skipped_records",
             "Records not copied because they had already been in the target cluster",
-            labels,
-            registry=self.registry,
         )
-        self.failures = Counter(
-            "backbone_mirror_failed_records", "Records the target refused", labels, registry=self.registry
+        self.failures = counter("backbone_mirror_failed_records", "Records the target refused")
+        self.lag_records = gauge(
+            "backbone_mirror_lag_records", "Source high watermark minus the mirror's position"
         )
-        partition_labels = [*labels, "partition"]
-        self.lag_records = Gauge(
-            "backbone_mirror_lag_records",
-            "Source high watermark minus the mirror's position",
-            partition_labels,
-            registry=self.registry,
-        )
-        self.lag_seconds = Gauge(
+        self.lag_seconds = gauge(
             "backbone_mirror_lag_seconds",
             "Age of the newest record copied while the partition still lags; 0 when caught up",
-            partition_labels,
-            registry=self.registry,
         )
         self.copied_total = 0  # for progress lines, without reading the counters back
 

@@ -13,10 +13,8 @@ kafkastore.ssl.cafile=ca.pem                  (the storage client's security: ou
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ from backbone.schema_registry import compatibility
 from backbone.schema_registry.app import RegistryApp
 from backbone.schema_registry.state import RegistryState
 from backbone.schema_registry.store import SchemaLog
+from backbone.stopping import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +145,7 @@ class RegistryServer:
 async def serve(config: RegistryConfig) -> None:
     """Run until SIGTERM or SIGINT."""
     server = RegistryServer(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         url = await server.start()
         print(f"schema registry serving {url}", flush=True)

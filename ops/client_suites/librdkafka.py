@@ -554,10 +554,20 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = ("default",) if args.quick else tuple(SCENARIOS)
     if args.scenarios:
         scenarios = tuple(s for s in scenarios if s in args.scenarios.split(","))
-    with contextlib.ExitStack() as stack:
-        work = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="librdkafka-")))
-        work.mkdir(parents=True, exist_ok=True)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="librdkafka-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
         run = run_suite(tests, args.parallel, work, scenarios)
+    except BaseException:
+        if args.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    failed = any(o.state == "FAILED" for o in run.outcomes.values())
+    if args.work_dir is None and not failed:
+        shutil.rmtree(work, ignore_errors=True)
+    elif args.work_dir is None:
+        # A failure's reason points at its output: the temporary clusters and outputs stay for reading.
+        print(f"librdkafka: outputs and cluster logs kept in {work}")
     command = "ops/conformance.d/librdkafka" + (" --quick" if args.quick else "")
     if args.update:
         command += f" --tests {tests}" if tests else ""

@@ -25,6 +25,7 @@ class MemoryStore:
         self.topics: dict[str, TopicAssignment] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.broker_defaults: dict[str, str] = {}
+        self.broker_configs: dict[int, dict[str, str]] = {}
         self.acl_list: list[AclBinding] = []
         self.credentials: dict[str, dict[str, ScramCredential]] = {}
         self.calls: list[tuple[str, Any]] = []
@@ -125,8 +126,16 @@ class MemoryStore:
         self._changed("set_topic_config", topic, dict(config))
 
     def get_broker_config(self, broker_id: int | None = None) -> dict[str, str]:
-        assert broker_id is None, "the handlers read only the cluster-wide defaults"
-        return dict(self.broker_defaults)
+        if broker_id is None:
+            return dict(self.broker_defaults)
+        return dict(self.broker_configs.get(broker_id, {}))
+
+    def set_broker_config(self, broker_id: int | None, config: Mapping[str, str]) -> None:
+        if broker_id is None:
+            self.broker_defaults = dict(config)
+        else:
+            self.broker_configs[broker_id] = dict(config)
+        self.calls.append(("set_broker_config", (broker_id, dict(config))))
 
     # -- ACLs ---------------------------------------------------------------------------------------------
 

@@ -12,7 +12,11 @@ import pytest
 
 from backbone.broker.partition import Partition
 from backbone.log import Log
-from backbone.protocol.errors import NotEnoughReplicasAfterAppendError, NotLeaderOrFollowerError
+from backbone.protocol.errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
 from backbone.protocol.records import RecordBatchBuilder
 
 pytestmark = pytest.mark.unit
@@ -99,6 +103,26 @@ def test_acks_all_returns_once_every_in_sync_replica_has_the_record(leader) -> N
         assert not waiting.done()
         partition.update_follower(3, 2)
         await asyncio.wait_for(waiting, 1)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("topic_deleted", "error"), [(True, UnknownTopicOrPartitionError), (False, NotLeaderOrFollowerError)]
+)
+def test_acks_all_waiting_on_a_removed_partition_fails_at_once(leader, topic_deleted, error) -> None:
+    # A producer's request must not hang until its timeout when the topic is deleted (or the replica moved
+    # away) under it: the client would hold every later record of that partition behind it.
+    partition, _ = leader
+
+    async def scenario() -> None:
+        result = partition.append_as_leader(records(1))
+        waiting = asyncio.ensure_future(partition.wait_committed(result.base_offset, 30_000, 2))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        partition.remove(topic_deleted=topic_deleted)
+        with pytest.raises(error):
+            await asyncio.wait_for(waiting, 1)
 
     asyncio.run(scenario())
 

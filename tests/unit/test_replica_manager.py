@@ -18,6 +18,8 @@ from backbone.broker.metadata_cache import MetadataCache
 from backbone.broker.replica_manager import ReplicaManager
 from backbone.coordination import CoordinationUnavailableError, PartitionState, TopicAssignment
 from backbone.log.manager import LogManager
+from backbone.protocol.errors import UnknownTopicOrPartitionError
+from backbone.protocol.records import RecordBatchBuilder
 
 pytestmark = pytest.mark.unit
 
@@ -179,3 +181,20 @@ async def test_an_expansion_superseded_by_the_controller_in_the_same_epoch_is_as
     assert await settled(lambda: partition.pending_isr is None), "the superseded change is not pending"
     partition.update_follower(2, 0)
     assert await settled(lambda: zookeeper["written"] == [(1, 2), (1, 2)]), "2 is asked back in"
+
+
+async def test_deleting_a_topic_fails_the_acks_all_produces_waiting_on_it_at_once(lonely_leader) -> None:
+    # An acks=all record waits for followers that have not fetched it; the topic's deletion must answer it
+    # (UNKNOWN_TOPIC_OR_PARTITION, as Kafka's delayed produce) rather than let it wait out its 30 s timeout
+    # while the client holds the partition's later records behind it.
+    manager, partition, _ = lonely_leader
+    partition.apply_state(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3))
+    builder = RecordBatchBuilder()
+    builder.append(None, b"v")
+    result = partition.append_as_leader(memoryview(builder.build()))
+    waiting = asyncio.ensure_future(partition.wait_committed(result.base_offset, 30_000, 1))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    manager.on_topic_deleted("t")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        await asyncio.wait_for(waiting, 1)

@@ -24,12 +24,12 @@ from backbone.broker.controller.reassignment_decisions import (
 )
 from backbone.broker.metadata_cache import MetadataCache
 from backbone.coordination import CoordinationError, TopicAssignment
+from backbone.protocol import TopicPartition
 from backbone.protocol.errors import ErrorCode, KafkaError, NotControllerError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TopicPartition = tuple[str, int]
 Outcome = tuple[ErrorCode, str | None]
 DONE: Outcome = (ErrorCode.none, None)
 _STATE_ATTEMPTS = 3  # a leader may change the ISR between our read and our write: read and decide again

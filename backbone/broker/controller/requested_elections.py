@@ -19,11 +19,11 @@ from backbone.broker.controller.fenced_writes import FencedWriter
 from backbone.broker.controller.leader_decisions import PREFERRED, elect_on_demand, imbalanced_partitions
 from backbone.broker.controller.reassignment_work import Reassignments
 from backbone.broker.metadata_cache import MetadataCache
+from backbone.protocol import TopicPartition
 from backbone.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 Outcome = tuple[ErrorCode, str | None]
 
 

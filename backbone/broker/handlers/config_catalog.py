@@ -10,14 +10,16 @@ A topic accepts three kinds of keys:
   on them yet; their documentation says so. Tiered-storage keys are refused: accepting them would
   promise remote storage that does not exist.
 
-A topic key's default is the value of its broker-level synonym (`retention.ms` <- `log.retention.ms`), so
-DescribeConfigs reports it as STATIC_BROKER_CONFIG when the broker's file sets it and DEFAULT_CONFIG
-otherwise. The broker keeps only resolved values, so "set in the file" is read as "differs from the
-built-in default".
+A topic key's default is the value of its broker-level synonym (`retention.ms` <- `log.retention.ms`):
+DescribeConfigs reports it as DYNAMIC_BROKER_CONFIG or DYNAMIC_DEFAULT_BROKER_CONFIG when a dynamic broker
+config sets it (broker_configs.py), else STATIC_BROKER_CONFIG when the broker's file sets it and
+DEFAULT_CONFIG otherwise. The broker keeps only resolved values, so "set in the file" is read as "differs
+from the built-in default".
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -29,14 +31,21 @@ from backbone.properties import ConfigError, Property
 from backbone.protocol.errors import InvalidConfigError
 
 __all__ = [
+    "BROKER_SYNONYMS",
     "ConfigEntry",
     "ConfigSource",
     "ConfigType",
-    "broker_key_type",
-    "describe_broker",
+    "check_value",
     "describe_topic",
+    "dynamic_synonyms",
     "inherited_value",
+    "log_default_keys",
+    "render",
+    "static_broker_value",
+    "stored_only_broker_keys",
+    "topic_doc",
     "topic_key_type",
+    "type_of",
     "validate_topic_overrides",
 ]
 
@@ -190,6 +199,29 @@ _PYTHON_TYPES: dict[type, ConfigType] = {
 }
 
 
+# Each topic key's broker-level synonym, whose value is its default (`retention.ms` <- `log.retention.ms`).
+BROKER_SYNONYMS: dict[str, str] = (
+    {name: spec[1] for name, spec in _LOG_KEYS.items()}
+    | {name: name for name in _BROKER_OVERRIDES}
+    | {name: spec[1] for name, spec in _STORED_ONLY.items()}
+)
+_TOPIC_OF_LOG_DEFAULT = {spec[1]: name for name, spec in _LOG_KEYS.items()}
+
+
+def stored_only_broker_keys() -> dict[str, Property]:
+    """The broker-level synonyms of the topic keys stored without being acted on, typed by their topic key."""
+    return {
+        broker_name: dataclasses.replace(prop, name=broker_name)
+        for prop, broker_name in _STORED_ONLY.values()
+        if broker_name
+    }
+
+
+def log_default_keys() -> frozenset[str]:
+    """The broker-level names of the storage engine's topic keys (`log.retention.ms`, `message.max.bytes`)."""
+    return frozenset(_TOPIC_OF_LOG_DEFAULT)
+
+
 def _known_topic_keys() -> frozenset[str]:
     return topic_property_names() | frozenset(_BROKER_OVERRIDES) | frozenset(_STORED_ONLY)
 
@@ -201,24 +233,14 @@ def topic_key_type(name: str) -> ConfigType:
     prop = BROKER_PROPERTIES.get(name) if name in _BROKER_OVERRIDES else None
     if prop is None and name in _STORED_ONLY:
         prop = _STORED_ONLY[name][0]
-    return _type_of(prop) if prop is not None else ConfigType.UNKNOWN
+    return type_of(prop) if prop is not None else ConfigType.UNKNOWN
 
 
-def _type_of(prop: Property) -> ConfigType:
+def type_of(prop: Property) -> ConfigType:
     # Kafka's durations in milliseconds are LONGs; other integers are INTs.
     if prop.type is int and prop.name.endswith(".ms"):
         return ConfigType.LONG
     return _PYTHON_TYPES.get(prop.type, ConfigType.STRING)
-
-
-def broker_key_type(name: str) -> ConfigType:
-    """The type of a broker-level key (UNKNOWN for keys this broker does not know)."""
-    if name in BROKER_PROPERTIES:
-        return _type_of(BROKER_PROPERTIES[name])
-    for key_type, broker_name, _ in _LOG_KEYS.values():
-        if broker_name == name:
-            return key_type
-    return ConfigType.UNKNOWN
 
 
 def render(value: Any) -> str | None:
@@ -246,10 +268,11 @@ def validate_topic_overrides(overrides: Mapping[str, str], config: BrokerConfig)
     for name, value in sorted(overrides.items()):
         prop = BROKER_PROPERTIES[name] if name in _BROKER_OVERRIDES else _STORED_ONLY.get(name, (None,))[0]
         if prop is not None:
-            _check_value(prop, value)
+            check_value(prop, value)
 
 
-def _check_value(prop: Property, value: str) -> None:
+def check_value(prop: Property, value: str) -> None:
+    """A value for `prop`, checked as Kafka checks it; InvalidConfigError names the key."""
     if prop.type is bool and value.strip().lower() not in ("true", "false"):
         # Kafka's booleans are exactly true or false (any case); yes/no/1/0 would confuse Kafka tools.
         raise InvalidConfigError(f"{prop.name}={value!r}: must be true or false")
@@ -276,36 +299,58 @@ def _valid_throttle_list(value: str) -> bool:
 
 # -- describing ------------------------------------------------------------------------------------------
 
-
-def _broker_value(config: BrokerConfig, name: str) -> tuple[str | None, ConfigSource]:
-    """A broker setting's value and whether the broker's file set it."""
-    prop = BROKER_PROPERTIES[name]
-    value = config[name]
-    changed = value != prop.default
-    return render(value), ConfigSource.STATIC_BROKER_CONFIG if changed else ConfigSource.DEFAULT_CONFIG
+Synonym = tuple[str, str | None, ConfigSource]
 
 
-def _topic_default(config: BrokerConfig, name: str) -> tuple[str, str | None, ConfigSource]:
-    """(broker synonym, value, source) a topic without an override of `name` inherits."""
-    if name in _LOG_KEYS or name in topic_property_names():
-        broker_name = _LOG_KEYS[name][1] if name in _LOG_KEYS else name
-        value = config.log.to_properties()[name]
-        built_in = LogConfig().to_properties()[name]
-        source = ConfigSource.STATIC_BROKER_CONFIG if value != built_in else ConfigSource.DEFAULT_CONFIG
-        return broker_name, value, source
-    if name in _BROKER_OVERRIDES:
-        setting, source = _broker_value(config, name)
-        return name, setting, source
-    prop, broker_name = _STORED_ONLY[name]
-    return broker_name, render(prop.default), ConfigSource.DEFAULT_CONFIG
+def dynamic_synonyms(name: str, per_broker: Mapping[str, str], defaults: Mapping[str, str]) -> list[Synonym]:
+    """A broker key's dynamic values, most specific first: this broker's, then the cluster-wide default."""
+    found: list[Synonym] = []
+    if name in per_broker:
+        found.append((name, per_broker[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+    if name in defaults:
+        found.append((name, defaults[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+    return found
+
+
+def _source(value: Any, default: Any) -> ConfigSource:
+    return ConfigSource.STATIC_BROKER_CONFIG if value != default else ConfigSource.DEFAULT_CONFIG
+
+
+def static_broker_value(config: BrokerConfig, name: str) -> tuple[str | None, ConfigSource] | None:
+    """A broker key's value from the properties file (or built in) and its source; None if not a key
+    the file may set."""
+    if name in BROKER_PROPERTIES:
+        value = config.values[name]
+        return render(value), _source(value, BROKER_PROPERTIES[name].default)
+    topic_name = _TOPIC_OF_LOG_DEFAULT.get(name)
+    if topic_name is not None:
+        value = config.static_log.to_properties()[topic_name]
+        return value, _source(value, LogConfig().to_properties()[topic_name])
+    return None
+
+
+def _inherited(config: BrokerConfig, name: str) -> tuple[str | None, list[Synonym]]:
+    """The value a topic without an override of `name` takes, and the broker-level synonyms it comes from,
+    most specific first (dynamic ones from this broker's applied dynamic configs)."""
+    if name in _STORED_ONLY:
+        prop, broker_name = _STORED_ONLY[name]
+        static: Synonym = (broker_name, render(prop.default), ConfigSource.DEFAULT_CONFIG)
+    else:
+        broker_name = BROKER_SYNONYMS[name]
+        value, source = static_broker_value(config, broker_name) or (None, ConfigSource.DEFAULT_CONFIG)
+        static = (broker_name, value, source)
+    if not broker_name:
+        return static[1], []
+    synonyms = [*dynamic_synonyms(broker_name, config.dynamic_broker, config.dynamic_defaults), static]
+    return synonyms[0][1], synonyms
 
 
 def inherited_value(config: BrokerConfig, name: str) -> str | None:
     """The value of topic key `name` for a topic without an override of it."""
-    return _topic_default(config, name)[1]
+    return _inherited(config, name)[0]
 
 
-def _topic_doc(name: str) -> str:
+def topic_doc(name: str) -> str:
     if name in _LOG_KEYS:
         return _LOG_KEYS[name][2]
     if name in _BROKER_OVERRIDES:
@@ -320,32 +365,12 @@ def describe_topic(config: BrokerConfig, overrides: Mapping[str, str]) -> list[C
     """Every topic key with the topic's value, source and synonyms."""
     entries = []
     for name in sorted(_known_topic_keys()):
-        broker_name, default, default_source = _topic_default(config, name)
-        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        default, synonyms = _inherited(config, name)
         if name in overrides:
-            synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        if broker_name:
-            synonyms.append((broker_name, default, default_source))
+            synonyms.insert(0, (name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         value = overrides.get(name, default)
         source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(
-            ConfigEntry(name, value, source, False, topic_key_type(name), _topic_doc(name), tuple(synonyms))
+            ConfigEntry(name, value, source, False, topic_key_type(name), topic_doc(name), tuple(synonyms))
         )
     return entries
-
-
-def describe_broker(config: BrokerConfig) -> list[ConfigEntry]:
-    """This broker's settings as started; none can be changed while it runs (all read-only)."""
-    entries = []
-    for name, prop in BROKER_PROPERTIES.items():
-        value, source = _broker_value(config, name)
-        entry_type = _type_of(prop)
-        entries.append(ConfigEntry(name, value, source, True, entry_type, prop.doc, ((name, value, source),)))
-    for topic_name in sorted(topic_property_names()):
-        broker_name, value, source = _topic_default(config, topic_name)
-        entry_type = topic_key_type(topic_name)
-        doc = _topic_doc(topic_name)
-        entries.append(
-            ConfigEntry(broker_name, value, source, True, entry_type, doc, ((broker_name, value, source),))
-        )
-    return sorted(entries, key=lambda e: e.name)

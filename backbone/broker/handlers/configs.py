@@ -5,28 +5,33 @@ notification that every broker follows, so each broker re-reads the overrides an
 new retention or segment settings (ReplicaManager.apply_topic_config). Describing reads ZooKeeper too, so
 an answer right after an alter shows the change.
 
-Broker settings are read-only: this broker has no dynamic broker configs, so an alter of a broker
-resource is refused with INVALID_REQUEST naming the keys, as Kafka refuses keys it cannot change at run
-time. A broker resource must name this broker (or be empty: the cluster-wide dynamic defaults), as in
-Kafka, whose clients send each broker's resources to that broker.
+Broker resources are Kafka's dynamic broker configs (broker_configs.py), stored the same way in
+`/config/brokers/<id>` and `/config/brokers/<default>` (an empty resource name: the cluster-wide defaults).
+A broker resource must name this broker or be empty, as in Kafka, whose clients send each broker's
+resources to that broker. Describing a topic reports the defaults this broker has applied.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from backbone.broker.handlers.admin_common import AdminPieces, error_of
+from backbone.broker.handlers.broker_configs import (
+    broker_key_type,
+    describe_broker,
+    describe_broker_defaults,
+    inherited_broker_value,
+    validate_dynamic,
+)
 from backbone.broker.handlers.common import build, response_module, throttle
 from backbone.broker.handlers.config_catalog import (
     ConfigEntry,
-    ConfigSource,
     ConfigType,
-    broker_key_type,
-    describe_broker,
     describe_topic,
     inherited_value,
     topic_key_type,
@@ -74,10 +79,10 @@ def _unsupported(resource_type: int) -> InvalidRequestError:
     )
 
 
-def _check_broker_name(admin: AdminPieces, name: str) -> None:
-    """A broker resource names this broker, or is empty (the cluster-wide defaults)."""
+def _check_broker_name(admin: AdminPieces, name: str) -> int | None:
+    """A broker resource names this broker (its id), or is empty (None: the cluster-wide defaults)."""
     if name == "":
-        return
+        return None
     try:
         broker_id = int(name)
     except ValueError:
@@ -86,6 +91,7 @@ def _check_broker_name(admin: AdminPieces, name: str) -> None:
         raise InvalidRequestError(
             f"Unexpected broker id, expected {admin.broker_id} or empty string, but received {name}"
         )
+    return broker_id
 
 
 async def _require_topic(admin: AdminPieces, name: str) -> None:
@@ -132,15 +138,12 @@ async def _describe_resource(admin: AdminPieces, resource_type: int, name: str) 
         overrides = await admin.zk(admin.store.get_topic_config, name)
         return describe_topic(admin.config, overrides)
     if resource_type == BROKER:
-        _check_broker_name(admin, name)
-        if name:
-            return describe_broker(admin.config)
+        broker_id = _check_broker_name(admin, name)
         defaults = await admin.zk(admin.store.get_broker_config, None)
-        source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
-        return [
-            ConfigEntry(key, value, source, False, broker_key_type(key), "", ((key, value, source),))
-            for key, value in sorted(defaults.items())
-        ]
+        if broker_id is None:
+            return describe_broker_defaults(defaults)
+        per_broker = await admin.zk(admin.store.get_broker_config, broker_id)
+        return describe_broker(admin.config, defaults, per_broker)
     raise _unsupported(resource_type)
 
 
@@ -191,18 +194,16 @@ async def _alter_configs(admin: AdminPieces, context: RequestContext, *, increme
 async def _alter_resource(admin: AdminPieces, resource: Any, incremental: bool, validate_only: bool) -> None:
     name = resource.resource_name
     if resource.resource_type == BROKER:
-        _check_broker_name(admin, name)
-        keys = ", ".join(sorted(c.name for c in resource.configs)) or "(none)"
-        raise InvalidRequestError(
-            f"Cannot update these configs dynamically: {keys}. This broker has no dynamic broker configs: "
-            "set them in the broker's properties file and restart it."
-        )
+        await _alter_broker(admin, resource, incremental, validate_only)
+        return
     if resource.resource_type != TOPIC:
         raise _unsupported(resource.resource_type)
     await _require_topic(admin, name)
     if incremental:
         current = await admin.zk(admin.store.get_topic_config, name)
-        overrides = _apply_operations(admin, current, resource.configs)
+        overrides = _apply_operations(
+            current, resource.configs, topic_key_type, lambda key: inherited_value(admin.config, key)
+        )
     else:
         # AlterConfigs replaces the whole override set; a null value means "no override".
         overrides = {c.name: c.value for c in resource.configs if c.value is not None}
@@ -213,8 +214,41 @@ async def _alter_resource(admin: AdminPieces, resource: Any, incremental: bool, 
     log.info("event=topic_config_altered topic=%s overrides=%s", name, ",".join(sorted(overrides)) or "-")
 
 
-def _apply_operations(admin: AdminPieces, current: dict[str, str], operations: Any) -> dict[str, str]:
-    """The override set after IncrementalAlterConfigs' operations, in Kafka's semantics."""
+async def _alter_broker(admin: AdminPieces, resource: Any, incremental: bool, validate_only: bool) -> None:
+    """A broker's dynamic configs (or the cluster-wide defaults), replaced or changed by operations."""
+    broker_id = _check_broker_name(admin, resource.resource_name)
+    defaults = await admin.zk(admin.store.get_broker_config, None)
+    current = defaults if broker_id is None else await admin.zk(admin.store.get_broker_config, broker_id)
+    if incremental:
+        # APPEND and SUBTRACT start from the value the level below gives when this one sets none.
+        below = {} if broker_id is None else defaults
+        values = _apply_operations(
+            current,
+            resource.configs,
+            broker_key_type,
+            lambda key: inherited_broker_value(admin.config, key, below, {}),
+        )
+    else:
+        values = {c.name: c.value for c in resource.configs if c.value is not None}
+    validate_dynamic(values, per_broker=broker_id is not None)
+    if validate_only:
+        return
+    await admin.zk(admin.store.set_broker_config, broker_id, values)
+    log.info(
+        "event=broker_config_altered broker=%s keys=%s",
+        "<default>" if broker_id is None else broker_id,
+        ",".join(sorted(values)) or "-",
+    )
+
+
+def _apply_operations(
+    current: dict[str, str],
+    operations: Any,
+    key_type: Callable[[str], ConfigType],
+    inherited: Callable[[str], str | None],
+) -> dict[str, str]:
+    """The config set after IncrementalAlterConfigs' operations, in Kafka's semantics: APPEND and SUBTRACT
+    apply to LIST keys only (`key_type`), starting from the value set here or else `inherited(key)`."""
     names = [op.name for op in operations]
     repeated = sorted(n for n, count in Counter(names).items() if count > 1)
     if repeated:
@@ -232,10 +266,10 @@ def _apply_operations(admin: AdminPieces, current: dict[str, str], operations: A
         if kind == SET:
             result[key] = value
             continue
-        if topic_key_type(key) != ConfigType.LIST:
+        if key_type(key) != ConfigType.LIST:
             verb = "append" if kind == APPEND else "subtract"
             raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {key}")
-        existing = result.get(key, inherited_value(admin.config, key) or "")
+        existing = result.get(key, inherited(key) or "")
         old = [item.strip() for item in existing.split(",") if item.strip()]
         given = [item.strip() for item in value.split(",") if item.strip()]
         if kind == APPEND:

@@ -12,10 +12,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
-from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
-from backbone.broker.network import Handler, RequestContext
+from backbone.broker.handlers.leader_partitions import Shape, leader_partitions_handler
+from backbone.broker.network import Handler
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import OffsetOutOfRangeError
 
@@ -29,32 +27,15 @@ HIGH_WATERMARK = -1
 
 
 def delete_records_handler(replicas: ReplicaManager) -> Handler:
-    async def handle(context: RequestContext) -> Any:
-        request = context.decode()
-        module = response_module(ApiKey.DELETE_RECORDS, context.api_version)
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for asked in topic.partitions:
-                try:
-                    low_watermark = await _delete_below(
-                        replicas, topic.name, asked.partition_index, asked.offset
-                    )
-                    error = ErrorCode.none
-                except Exception as exc:
-                    low_watermark, error = -1, error_code_of(exc)
-                answers.append(
-                    build(
-                        module.DeleteRecordsPartitionResult,
-                        partition_index=asked.partition_index,
-                        low_watermark=low_watermark,
-                        error_code=error,
-                    )
-                )
-            topics.append(build(module.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(answers)))
-        return build(module.DeleteRecordsResponse, throttle_time=throttle(), topics=tuple(topics))
+    async def delete(request: Any, topic: str, index: int, asked: Any) -> dict[str, Any]:
+        return {"low_watermark": await _delete_below(replicas, topic, index, asked.offset)}
 
-    return handle
+    return leader_partitions_handler(
+        ApiKey.DELETE_RECORDS,
+        Shape("DeleteRecordsResponse", "DeleteRecordsTopicResult", "DeleteRecordsPartitionResult"),
+        delete,
+        failed={"low_watermark": -1},
+    )
 
 
 async def _delete_below(replicas: ReplicaManager, topic: str, index: int, offset: int) -> int:

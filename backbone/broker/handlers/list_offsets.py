@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
-from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.handlers.fetch import check_leader_epoch
-from backbone.broker.network import Handler, RequestContext
+from backbone.broker.handlers.leader_partitions import Shape, leader_partitions_handler
+from backbone.broker.network import Handler
 from backbone.protocol.api import ApiKey
 from backbone.protocol.records import OFFSET, TIMESTAMP, decode_batch
 
@@ -23,34 +21,18 @@ MAX_TIMESTAMP = -3
 
 
 def list_offsets_handler(replicas: ReplicaManager) -> Handler:
-    async def handle(context: RequestContext) -> Any:
-        request = context.decode()
-        module = response_module(ApiKey.LIST_OFFSETS, context.api_version)
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for asked in topic.partitions:
-                try:
-                    partition = replicas.leader_partition(topic.name, asked.partition_index)
-                    check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
-                    timestamp, offset, epoch = _lookup(partition, asked.timestamp, request.replica_id >= 0)
-                    error = ErrorCode.none
-                except Exception as exc:
-                    timestamp, offset, epoch, error = -1, -1, -1, error_code_of(exc)
-                answers.append(
-                    build(
-                        module.ListOffsetsPartitionResponse,
-                        partition_index=asked.partition_index,
-                        error_code=error,
-                        timestamp=timestamp,
-                        offset=offset,
-                        leader_epoch=epoch,
-                    )
-                )
-            topics.append(build(module.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
-        return build(module.ListOffsetsResponse, throttle_time=throttle(), topics=tuple(topics))
+    async def list_offset(request: Any, topic: str, index: int, asked: Any) -> dict[str, Any]:
+        partition = replicas.leader_partition(topic, index)
+        check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
+        timestamp, offset, epoch = _lookup(partition, asked.timestamp, request.replica_id >= 0)
+        return {"timestamp": timestamp, "offset": offset, "leader_epoch": epoch}
 
-    return handle
+    return leader_partitions_handler(
+        ApiKey.LIST_OFFSETS,
+        Shape("ListOffsetsResponse", "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"),
+        list_offset,
+        failed={"timestamp": -1, "offset": -1, "leader_epoch": -1},
+    )
 
 
 def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> tuple[int, int, int]:

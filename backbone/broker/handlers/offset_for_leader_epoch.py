@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
-from backbone.broker.handlers.common import build, error_code_of, response_module, throttle
 from backbone.broker.handlers.fetch import check_leader_epoch
-from backbone.broker.network import Handler, RequestContext
+from backbone.broker.handlers.leader_partitions import Shape, leader_partitions_handler
+from backbone.broker.network import Handler
 from backbone.protocol.api import ApiKey
 
 if TYPE_CHECKING:
@@ -21,32 +19,21 @@ if TYPE_CHECKING:
 
 
 def offset_for_leader_epoch_handler(replicas: ReplicaManager) -> Handler:
-    async def handle(context: RequestContext) -> Any:
-        request = context.decode()
-        module = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, context.api_version)
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for asked in topic.partitions:
-                try:
-                    partition = replicas.leader_partition(topic.topic, asked.partition)
-                    check_leader_epoch(partition, asked.current_leader_epoch)
-                    epoch, end_offset = partition.log.end_offset_for_epoch(asked.leader_epoch)
-                    error = ErrorCode.none
-                except Exception as exc:
-                    epoch, end_offset, error = -1, -1, error_code_of(exc)
-                answers.append(
-                    build(
-                        module.EpochEndOffset,
-                        error_code=error,
-                        partition=asked.partition,
-                        leader_epoch=epoch,
-                        end_offset=end_offset,
-                    )
-                )
-            topics.append(
-                build(module.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(answers))
-            )
-        return build(module.OffsetForLeaderEpochResponse, throttle_time=throttle(), topics=tuple(topics))
+    async def end_offset(request: Any, topic: str, index: int, asked: Any) -> dict[str, Any]:
+        partition = replicas.leader_partition(topic, index)
+        check_leader_epoch(partition, asked.current_leader_epoch)
+        epoch, end = partition.log.end_offset_for_epoch(asked.leader_epoch)
+        return {"leader_epoch": epoch, "end_offset": end}
 
-    return handle
+    return leader_partitions_handler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        Shape(
+            "OffsetForLeaderEpochResponse",
+            "OffsetForLeaderTopicResult",
+            "EpochEndOffset",
+            topic_field="topic",
+            partition_field="partition",
+        ),
+        end_offset,
+        failed={"leader_epoch": -1, "end_offset": -1},
+    )

@@ -31,6 +31,7 @@ from backbone.client.admin.descriptions import (
 )
 from backbone.client.admin.groups import GroupAdminMixin
 from backbone.client.admin.replicas import ReplicaAdminMixin
+from backbone.client.async_client import AsyncClient
 from backbone.client.cluster import BrokerInfo, ClusterClient, backoff_ms
 from backbone.client.config import ADMIN_OPTIONS, resolve
 from backbone.client.structs import OffsetAndTimestamp, TopicPartition
@@ -73,7 +74,7 @@ def _raise_failures(results: dict[K, V], errors: dict[K, KafkaError]) -> dict[K,
     raise first
 
 
-class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
+class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin, AsyncClient):
     """Administers a cluster from asyncio code. Configure with Kafka admin property names."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -85,13 +86,6 @@ class AsyncAdmin(ReplicaAdminMixin, GroupAdminMixin):
     async def start(self) -> None:
         if self._closed:
             raise ClientClosedError("the admin client is closed; create a new one")
-
-    async def __aenter__(self) -> AsyncAdmin:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         if not self._closed:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
+from backbone.client.async_client import AsyncClient
 from backbone.client.cluster import ClusterClient
 from backbone.client.config import CONSUMER_OPTIONS, resolve
 from backbone.client.consumer.fetcher import EARLIEST, LATEST, Fetcher, PartitionState
@@ -50,7 +51,7 @@ __all__ = ["AsyncConsumer"]
 _RESPONSE_MARGIN = 1024 * 1024
 
 
-class AsyncConsumer:
+class AsyncConsumer(AsyncClient):
     """Reads records from assigned partitions. Configure with Kafka consumer property names."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -89,13 +90,6 @@ class AsyncConsumer:
             self.fetcher.start()
             if self.group is not None:
                 self.group.start()
-
-    async def __aenter__(self) -> AsyncConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def close(self, timeout: float | None = None) -> None:
         """Commit (with auto-commit), leave the group, and stop; `timeout` (s) bounds the commit."""

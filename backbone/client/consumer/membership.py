@@ -289,8 +289,7 @@ class GroupMembership:
                 timeout_ms=self._rebalance_request_timeout_ms,
             )
         except (KafkaConnectionError, KafkaTimeoutError) as error:
-            self.coordinator_dead(str(error))
-            await self._back_off()
+            await self._lost_coordinator(str(error))
             return None
         code = result.error_code
         if code == ErrorCode.none:
@@ -305,8 +304,7 @@ class GroupMembership:
         elif code in (ErrorCode.illegal_generation, ErrorCode.rebalance_in_progress):
             pass  # the join itself goes again
         elif code in COORDINATOR_ERRORS:
-            self.coordinator_dead(code.name)
-            await self._back_off()
+            await self._lost_coordinator(code.name)
         elif code == ErrorCode.coordinator_load_in_progress:
             await self._back_off()
         else:
@@ -333,8 +331,7 @@ class GroupMembership:
                 timeout_ms=self._rebalance_request_timeout_ms,
             )
         except (KafkaConnectionError, KafkaTimeoutError) as error:
-            self.coordinator_dead(str(error))
-            await self._back_off()
+            await self._lost_coordinator(str(error))
             return None
         if code == ErrorCode.none:
             self._join_failures = 0
@@ -345,10 +342,14 @@ class GroupMembership:
             self.reset_generation(forget_member=code == ErrorCode.unknown_member_id)
             return None
         if code in COORDINATOR_ERRORS:
-            self.coordinator_dead(code.name)
-            await self._back_off()
+            await self._lost_coordinator(code.name)
             return None
         raise error_for(code, f"SyncGroup of group {self.group_id!r}{_advice(code)}")
+
+    async def _lost_coordinator(self, reason: str) -> None:
+        """A join or sync failed with the coordinator: forget it, then back off before joining again."""
+        self.coordinator_dead(reason)
+        await self._back_off()
 
     async def _back_off(self) -> None:
         """Wait before joining again after the coordinator failed us, longer each time in a row (as Kafka's

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from backbone.client import audit
+from backbone.client.async_client import AsyncClient
 from backbone.client.cluster import ClusterClient, ClusterMetadata
 from backbone.client.config import PRODUCER_OPTIONS, resolve, security_settings
 from backbone.client.producer.accumulator import (
@@ -122,7 +123,7 @@ def raise_wait(make_future: MakeFuture, wait: MustWait) -> NoReturn:
     raise wait
 
 
-class AsyncProducer:
+class AsyncProducer(AsyncClient):
     """Produces records to Kafka topics from asyncio code. Configure with Kafka producer property names."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -178,13 +179,6 @@ class AsyncProducer:
                 self._audit_task = asyncio.create_task(
                     self.audit.run_periodically(interval, self._audit_stop)
                 )
-
-    async def __aenter__(self) -> AsyncProducer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything waiting now and wait for the answers (KafkaTimeoutError after `timeout` s)."""

@@ -35,6 +35,7 @@ from kio.schema.consumer_protocol_subscription import v3 as subscription_v3
 from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
+from backbone.protocol import TopicPartition
 from backbone.protocol.codec import encode
 from backbone.protocol.headers import MalformedMessage
 
@@ -54,7 +55,6 @@ __all__ = [
 
 PROTOCOL_TYPE = "consumer"
 NO_GENERATION = -1
-TopicPartition = tuple[str, int]
 
 _SUBSCRIPTION_MODULES = (subscription_v0, subscription_v1, subscription_v2, subscription_v3)
 _ASSIGNMENT_MODULES = (assignment_v0, assignment_v1, assignment_v2, assignment_v3)
