@@ -9,8 +9,8 @@ timestamp) and the width of the offset's digits. `HeaderedRun.encode` cuts each 
 part (key and value with their lengths) out with a struct, and joins it with the columns that differ
 (length and timestamp delta from a table per distinct timestamp, offset deltas from the precomputed
 varints, the header with the offset's thousands, the offset's last three digits from a table): a handful
-of C-level operations per stretch of records, none per record in Python. The bytes are those `RecordBatchBuilder.try_append` writes for the same
-records (`tests/unit/test_record_copy.py`).
+of C-level operations per stretch of records, none per record in Python. The bytes are those
+`RecordBatchBuilder.try_append` writes for the same records (`tests/unit/test_record_copy.py`).
 """
 
 from __future__ import annotations
