@@ -20,7 +20,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from backbone.client import (
@@ -39,13 +39,16 @@ from backbone.client import (
 from backbone.client.admin.mirror_progress import commit_metadata, copied_topic_id
 from backbone.client.audit import AuditCounter, AuditPublisher
 from backbone.client.config import security_settings
+from backbone.client.producer.bulk_append import WireRecord
 from backbone.mirror import provenance
 from backbone.mirror.audit import mirror_tier
 from backbone.mirror.config import MirrorConfig
 from backbone.mirror.metrics import MirrorMetrics
 from backbone.mirror.routes import Routes
 from backbone.mirror.state import MirrorStats, PartitionProgress, Route, SentChunk
-from backbone.protocol.records import KEY, OFFSET, TIMESTAMP, VALUE, Record
+from backbone.protocol.record_copy import HeaderedRun
+from backbone.protocol.record_runs import UniformRun
+from backbone.protocol.records import LazyRecords, Record
 
 log = logging.getLogger(__name__)
 
@@ -239,41 +242,79 @@ class Mirror(ConsumerRebalanceListener):
         self._settle_done()
 
     async def _send(self, route: Route, tp: TopicPartition, records: Sequence[ConsumerRecord]) -> SentChunk:
-        """Send one partition's records, each with its provenance header added, in order."""
+        """Send one partition's records, each with its provenance header added, in order.
+
+        Runs of alike records without headers (what most producers write) are copied without making a
+        record each: `HeaderedRun` encodes their copies straight from the fetched bytes. The rest are
+        copied one by one."""
         target_alias = self.config.target_alias
         prefix = provenance.value_prefix(self.config.source_alias, tp.partition)
         header = provenance.HEADER
-        sent: list[Record] = []
-        rows = []
-        plain = records.plain() if isinstance(records, RecordList) else map(_plain, records)
-        for record in plain:
-            offset, timestamp, key, value, headers = record
-            if headers and provenance.has_been_in(headers, target_alias):
-                continue  # it was read from the target cluster: copying it there would send it back
-            sent.append(record)
-            rows.append((key, value, [*headers, (header, prefix + b"%d" % offset)], timestamp))
-        chunk = SentChunk(tp, len(records), records[-1].offset + 1, sent, [])
-        if not rows:
-            return chunk
+        chunk = SentChunk(tp, len(records), records[-1].offset + 1)
         partition = route.partition_for(tp.partition)
-        try:
-            if partition is not None:
-                chunk.outcomes = await self.producer.send_many(route.target_topic, partition, rows)
-            else:  # partition counts differ: each record goes where its key hashes
-                for end, (key, value, marked_headers, timestamp) in enumerate(rows, 1):
-                    future = await self.producer.send(
-                        route.target_topic, value, key, headers=marked_headers, timestamp_ms=timestamp
-                    )
-                    chunk.outcomes.append((end, future))
-        except (KafkaError, KafkaClientError, ValueError) as error:
-            chunk.outcomes.append((len(rows), error))
+        rows: list[WireRecord] = []  # records to send one by one, waiting for the next run
+        for piece in _pieces(records):
+            if isinstance(piece, UniformRun) and partition is not None:
+                if rows and not await self._send_rows(chunk, route, partition, rows):
+                    return chunk
+                rows = []
+                copies = HeaderedRun(piece, header, prefix)
+                chunk.add_run(copies)
+                sending = self.producer.send_encoded(route.target_topic, partition, copies)
+                if not await self._queued(chunk, len(copies), sending):
+                    return chunk
+                continue
+            for record in piece:
+                offset, timestamp, key, value, headers = record
+                if headers and provenance.has_been_in(headers, target_alias):
+                    # It was read from the target cluster: copying it there would send it back.
+                    chunk.skipped += 1
+                    continue
+                chunk.add(offset, timestamp, len(value or b"") + len(key or b""))
+                rows.append((key, value, [*headers, (header, prefix + b"%d" % offset)], timestamp))
+        if rows:
+            await self._send_rows(chunk, route, partition, rows)
         return chunk
+
+    async def _send_rows(
+        self, chunk: SentChunk, route: Route, partition: int | None, rows: list[WireRecord]
+    ) -> bool:
+        """Send the last `len(rows)` records of the chunk; False when some could not be sent."""
+        if partition is not None:
+            sending = self.producer.send_many(route.target_topic, partition, rows)
+            return await self._queued(chunk, len(rows), sending)
+        # Partition counts differ: each record goes where its key hashes.
+        sent = len(chunk.offsets) - len(rows)
+        try:
+            for end, (key, value, marked_headers, timestamp) in enumerate(rows, sent + 1):
+                future = await self.producer.send(
+                    route.target_topic, value, key, headers=marked_headers, timestamp_ms=timestamp
+                )
+                chunk.outcomes.append((end, future))
+        except (KafkaError, KafkaClientError, ValueError) as error:
+            chunk.outcomes.append((len(chunk.offsets), error))
+            return False
+        return True
+
+    @staticmethod
+    async def _queued(chunk: SentChunk, count: int, sending: Awaitable[list[tuple[int, Any]]]) -> bool:
+        """Note the outcomes of sending the chunk's last `count` records; False when some could not be
+        sent (nothing after them may be: the partition is read again from there)."""
+        sent = len(chunk.offsets)
+        try:
+            outcomes = await sending
+        except (KafkaError, KafkaClientError, ValueError) as error:
+            chunk.outcomes.append((sent, error))
+            return False
+        before = sent - count  # the outcomes' ends count from the first of the `count` records
+        chunk.outcomes += [(before + end, outcome) for end, outcome in outcomes]
+        return not (outcomes and isinstance(outcomes[-1][1], BaseException))
 
     def _settle(self, chunk: SentChunk) -> bool:
         """Count what the target acknowledged; stop or rewind at the first record it did not (False)."""
-        tp, sent = chunk.tp, chunk.sent
+        tp = chunk.tp
         progress = self._stats.of(tp)
-        copied = 0  # sent[:copied] are in the target
+        copied = 0  # the first `copied` records sent are in the target
         error = None
         for end, outcome in chunk.outcomes:
             if isinstance(outcome, BaseException):
@@ -283,27 +324,26 @@ class Mirror(ConsumerRebalanceListener):
             if error is not None:
                 break
             copied = end
-        self._count_copied(tp, sent[:copied], chunk.polled - len(sent))
+        self._count_copied(chunk, copied)
         if error is not None:
-            failed = sent[copied][OFFSET]
+            failed = chunk.offsets[copied]
             progress.acknowledged = failed  # everything before it is copied or skipped
-            self._record_failure(tp, failed, sent[-1][OFFSET], error)
+            self._record_failure(tp, failed, chunk.offsets[-1], error)
             return False
         progress.acknowledged = chunk.next_offset
         if copied:
-            progress.newest_timestamp = sent[copied - 1][TIMESTAMP]
+            progress.newest_timestamp = chunk.timestamps[copied - 1]
         if self._isolating.get(tp, chunk.next_offset) < chunk.next_offset:
             self._isolating.pop(tp, None)
         return True
 
-    def _count_copied(self, tp: TopicPartition, copied: list[Record], skipped: int) -> None:
-        size = sum(len(r[VALUE] or b"") + len(r[KEY] or b"") for r in copied)
-        self.metrics.copied(tp.topic, len(copied), size)
+    def _count_copied(self, chunk: SentChunk, copied: int) -> None:
+        tp = chunk.tp
+        self.metrics.copied(tp.topic, copied, sum(chunk.sizes[:copied]))
         if self.audit is not None:
-            timestamps = [r[TIMESTAMP] for r in copied]
-            self.audit.counter.add_timestamps(self.config.target_topic(tp.topic), timestamps)
-        if skipped:
-            self.metrics.skip(tp.topic, skipped)
+            self.audit.counter.add_timestamps(self.config.target_topic(tp.topic), chunk.timestamps[:copied])
+        if chunk.skipped:
+            self.metrics.skip(tp.topic, chunk.skipped)
 
     def _record_failure(self, tp: TopicPartition, offset: int, last: int, error: BaseException) -> None:
         """Rewind to `offset` for a retriable error; for a refusal, find the refused record (a whole batch
@@ -548,9 +588,17 @@ def _log_recreated(topic: str, old_id: str | None, new_id: str | None, partition
     )
 
 
-def _plain(record: ConsumerRecord) -> Record:
-    # The mirror's consumer has no deserializer, so its keys and values are bytes or None.
-    return (record.offset, record.timestamp, record.key, record.value, record.headers)
+def _pieces(records: Sequence[ConsumerRecord]) -> Iterator[Iterable[Record] | UniformRun]:
+    """The records in order as the decoder left them: uniform runs (undecoded) and plain tuples."""
+    if not isinstance(records, RecordList):
+        # The mirror's consumer has no deserializer, so its keys and values are bytes or None.
+        yield [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+        return
+    for _, items in records.runs():
+        if isinstance(items, LazyRecords):
+            yield from items.parts
+        else:
+            yield items
 
 
 def _finished(outcome: Any) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backbone.client import TopicPartition
-from backbone.protocol.records import Record
+from backbone.protocol.record_copy import HeaderedRun
 
 
 @dataclass
@@ -50,7 +50,25 @@ class SentChunk:
     """Records polled, the skipped ones included."""
     next_offset: int
     """The source offset after the chunk's last record: acknowledged once every sent record is."""
-    sent: list[Record]
-    """The records sent, in order (a record that has been in the target cluster is skipped)."""
-    outcomes: list[tuple[int, Any]]
-    """(end, future or exception), in order: `sent` from the previous end up to `end` travel together."""
+    offsets: list[int] = field(default_factory=list)
+    """The source offsets of the records sent, in order (a record that has been in the target cluster is
+    skipped)."""
+    timestamps: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    """Each sent record's key and value bytes."""
+    skipped: int = 0
+    outcomes: list[tuple[int, Any]] = field(default_factory=list)
+    """(end, future or exception), in order: the sent records from the previous end up to `end` travel
+    together."""
+
+    def add(self, offset: int, timestamp: int, size: int) -> None:
+        self.offsets.append(offset)
+        self.timestamps.append(timestamp)
+        self.sizes.append(size)
+
+    def add_run(self, copies: HeaderedRun) -> None:
+        """The records of a run, sent together (their lists made in C, not one by one)."""
+        count = len(copies)
+        self.offsets += range(copies.first_offset, copies.first_offset + count)
+        self.timestamps += copies.timestamps()
+        self.sizes += [copies.payload_size] * count

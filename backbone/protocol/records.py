@@ -403,6 +403,25 @@ class RecordBatchBuilder:
         self._count = count + 1
         return total
 
+    @property
+    def base_timestamp(self) -> int:
+        """The first record's timestamp, which the others' timestamp deltas are from (0 while empty)."""
+        return self._base_timestamp
+
+    def append_encoded(self, records: bytes, count: int, base_timestamp: int, max_timestamp: int) -> None:
+        """Add `count` records encoded for this batch: their offset deltas from `record_count` on, their
+        timestamp deltas from `base_timestamp` (the batch's; the first record's when the batch is empty),
+        `max_timestamp` the largest of their timestamps."""
+        if not count:
+            return
+        if self._count == 0:
+            self._base_timestamp, self._max_timestamp = base_timestamp, max_timestamp
+        elif max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+        self._buffer += records
+        self._size += len(records)
+        self._count += count
+
     def build(self) -> bytes:
         """The batch's bytes: header with CRC-32C, then the (compressed) records."""
         count = self._count

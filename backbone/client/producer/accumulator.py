@@ -487,9 +487,9 @@ class RecordAccumulator:
         queue.append(batch)  # only once the record is in: a failed append leaves no empty batch
         return batch
 
-    def new_batch(self, tp: TopicPartition) -> ProducerBatch:
-        """An empty batch for `tp` (not queued yet)."""
-        builder = new_batch_builder(self.codec, self.compression_level, self.batch_size)
+    def new_batch(self, tp: TopicPartition, encoded: bool = False) -> ProducerBatch:
+        """An empty batch for `tp` (not queued yet); `encoded`: its builder takes encoded records too."""
+        builder = new_batch_builder(self.codec, self.compression_level, self.batch_size, encoded)
         return ProducerBatch(tp, builder, time.monotonic(), self.delivery_timeout)
 
     def append(

@@ -77,14 +77,30 @@ class CappedBatchBuilder:
     def build(self) -> bytes:
         return self._builder.build()
 
+    @property
+    def record_count(self) -> int:
+        return self._builder.record_count
+
+    @property
+    def base_timestamp(self) -> int:
+        return self._builder.base_timestamp
+
+    def append_encoded(self, records: bytes, count: int, base_timestamp: int, max_timestamp: int) -> None:
+        """Records encoded for this batch (`RecordBatchBuilder.append_encoded`); the caller keeps within
+        the size cap."""
+        self._builder.append_encoded(records, count, base_timestamp, max_timestamp)
+
 
 def as_list(headers: Sequence[Header]) -> list[Header]:
     """Headers as the builders take them (aiokafka's requires a list)."""
     return headers if headers.__class__ is list else list(headers)
 
 
-def new_batch_builder(codec: Codec, compression_level: int | None, max_bytes: int) -> BatchBuilder:
-    """A builder for a batch of at most `max_bytes` (uncompressed; any size for its first record)."""
-    if codec is Codec.NONE and COMPILED_ENCODER:
+def new_batch_builder(
+    codec: Codec, compression_level: int | None, max_bytes: int, encoded: bool = False
+) -> BatchBuilder:
+    """A builder for a batch of at most `max_bytes` (uncompressed; any size for its first record);
+    `encoded`: one that also takes records already encoded (a `CappedBatchBuilder`)."""
+    if codec is Codec.NONE and COMPILED_ENCODER and not encoded:
         return _AiokafkaBuilder(MAGIC, 0, 0, NO_PRODUCER_ID, -1, NO_SEQUENCE, max_bytes)
     return CappedBatchBuilder(codec, compression_level, max_bytes)

@@ -7,6 +7,10 @@ memory is reserved per batch rather than per record: a batch may only grow as fa
 room, and what it grew by is taken from the pool when the run stops.
 
 Records keep their order: they go into the partition's open batch, then into new ones as batches fill.
+
+`append_encoded` is the same for records that encode themselves into a batch many at a time (a mirror's
+copies of a run of alike records, `backbone.protocol.record_copy`): they go into batches whose builder
+takes encoded records (`CappedBatchBuilder`).
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from backbone.client.producer.accumulator import BufferPool, ProducerBatch, RecordAccumulator
-from backbone.client.producer.batch_builder import as_list
+from backbone.client.producer.batch_builder import CappedBatchBuilder, as_list
 from backbone.client.structs import TopicPartition
 from backbone.protocol.record_batch import HEADER_SIZE
 from backbone.protocol.records import Header, estimate_record_size
@@ -24,6 +29,25 @@ from backbone.protocol.records import Header, estimate_record_size
 WireRecord = tuple[bytes | None, bytes | None, Sequence[Header], int]
 """(key, value, headers, timestamp ms), as the batch stores them (headers best as a list: the builder
 takes a list, and other sequences are copied into one)."""
+
+
+class EncodedRecords(Protocol):
+    """Records that encode themselves for a batch, many at a time (`record_copy.HeaderedRun`)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def max_record_size(self) -> int:
+        """An upper bound of one record's encoded bytes."""
+
+    def timestamps(self, start: int = 0, stop: int | None = None) -> list[int]:
+        """The timestamps of records [start, stop)."""
+
+    def encode(
+        self, start: int, offset_delta: int, base_timestamp: int, room: int, at_least_one: bool
+    ) -> tuple[list[bytes], list[int]]:
+        """Records from `start` on that fit in `room` bytes, encoded from `offset_delta` and
+        `base_timestamp`; their bytes (in pieces) and timestamps."""
 
 
 @dataclass
@@ -55,12 +79,9 @@ def append_run(
     many).
     """
     pool = accumulator.pool
-    # A batch stops at batch.size, and at max.request.size: a record too large for a request never joins
-    # an open batch, so it comes to the size check below as the first record of a new one.
-    batch_size = min(accumulator.batch_size, max_record_size + HEADER_SIZE)
-    queue = accumulator.queues.get(tp)
-    if queue is None:
-        queue = accumulator.queues[tp] = collections.deque()
+    # A record too large for a request never joins an open batch, so it comes to the size check below as
+    # the first record of a new one.
+    batch_size, queue = _batch_size_and_queue(accumulator, tp, max_record_size)
     total = len(records)
     while progress.done < total:
         batch = queue[-1] if queue else None
@@ -92,6 +113,16 @@ def append_run(
             key, value, headers, _ = records[progress.done]
             progress.memory_needed = estimate_record_size(key, value, headers)
             return
+
+
+def _batch_size_and_queue(
+    accumulator: RecordAccumulator, tp: TopicPartition, max_record_size: int
+) -> tuple[int, collections.deque[ProducerBatch]]:
+    """Where a run's batches stop (batch.size, and max.request.size), and `tp`'s queue of batches."""
+    queue = accumulator.queues.get(tp)
+    if queue is None:
+        queue = accumulator.queues[tp] = collections.deque()
+    return min(accumulator.batch_size, max_record_size + HEADER_SIZE), queue
 
 
 def _note_batch(progress: RunProgress, batch: ProducerBatch) -> None:
@@ -144,3 +175,57 @@ def _fill(
     if index < total and limit == batch_size:
         batch.full = True
         progress.woke_sender = True
+
+
+def append_encoded(
+    accumulator: RecordAccumulator,
+    tp: TopicPartition,
+    records: EncodedRecords,
+    progress: RunProgress,
+    max_record_size: int,
+    too_large: Callable[[int], Exception],
+) -> None:
+    """`append_run` for records that encode themselves: into the open batch if its builder takes encoded
+    records, else (it is closed) into new ones that do."""
+    size = records.max_record_size
+    if size > max_record_size:
+        raise too_large(size)
+    pool = accumulator.pool
+    batch_size, queue = _batch_size_and_queue(accumulator, tp, max_record_size)
+    total = len(records)
+    while progress.done < total:
+        batch = queue[-1] if queue else None
+        if batch is not None and not batch.full and not isinstance(batch.builder, CappedBatchBuilder):
+            batch.full = True  # its builder takes records one by one only
+            progress.woke_sender = True
+        charged = 0  # the bytes of the batch already taken from the pool
+        if batch is None or batch.full:
+            if pool.available < size:
+                progress.memory_needed = size
+                return
+            batch = accumulator.new_batch(tp, encoded=True)
+            queue.append(batch)
+            progress.woke_sender = True
+        builder = batch.builder
+        assert isinstance(builder, CappedBatchBuilder), "an open batch of encoded records has our builder"
+        if builder.record_count:
+            charged = builder.size()
+        limit = min(batch_size, charged + pool.available)
+        count = builder.record_count
+        start = progress.done
+        base = builder.base_timestamp if count else records.timestamps(start, start + 1)[0]
+        chunks, timestamps = records.encode(start, count, base, limit - builder.size(), not count)
+        if timestamps:
+            builder.append_encoded(b"".join(chunks), len(timestamps), base, max(timestamps))
+            batch.timestamps += timestamps
+            grown = builder.size() - charged
+            pool.available -= grown
+            batch.reserved += grown
+            progress.done += len(timestamps)
+            _note_batch(progress, batch)
+        if progress.done < total:
+            if limit < batch_size:  # the batch has room, the pool has not: wait for memory
+                progress.memory_needed = size
+                return
+            batch.full = True
+            progress.woke_sender = True

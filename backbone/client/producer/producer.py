@@ -37,7 +37,13 @@ from backbone.client.producer.accumulator import (
     RecordAccumulator,
 )
 from backbone.client.producer.batch_builder import BatchBuilder
-from backbone.client.producer.bulk_append import RunProgress, WireRecord, append_run
+from backbone.client.producer.bulk_append import (
+    EncodedRecords,
+    RunProgress,
+    WireRecord,
+    append_encoded,
+    append_run,
+)
 from backbone.client.producer.idempotence import IdempotenceState
 from backbone.client.producer.partitioner import StickyPartitioner, partition_for_key
 from backbone.client.producer.sender import Sender
@@ -262,6 +268,18 @@ class AsyncProducer(AsyncClient):
         cannot be queued (too large, not bytes, `buffer.memory` full for `max.block.ms`), the last entry
         is `(len(records), exception)`: the records from the previous end on were not queued.
         """
+        return await self._append_bulk(topic, partition, records, append_run)
+
+    async def send_encoded(
+        self, topic: str, partition: int, records: EncodedRecords
+    ) -> list[tuple[int, AsyncRecordFuture | BaseException]]:
+        """`send_many` for records that encode themselves into batches many at a time (a mirror's copies
+        of a run of alike records, `backbone.protocol.record_copy.HeaderedRun`)."""
+        return await self._append_bulk(topic, partition, records, append_encoded)
+
+    async def _append_bulk(
+        self, topic: str, partition: int, records: Any, append: Callable[..., None]
+    ) -> list[tuple[int, AsyncRecordFuture | BaseException]]:
         if not self._started:
             await self.start()
         if self._closed:
@@ -276,9 +294,7 @@ class AsyncProducer(AsyncClient):
             progress.memory_needed = 0
             with self._lock:
                 try:
-                    append_run(
-                        self.accumulator, tp, records, progress, self._max_record_size, self._too_large
-                    )
+                    append(self.accumulator, tp, records, progress, self._max_record_size, self._too_large)
                 except (MessageTooLargeError, TypeError, ValueError) as refused:
                     error = refused
             if progress.woke_sender:
