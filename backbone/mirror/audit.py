@@ -5,9 +5,12 @@ audit topic among them). It counts the records it reads per topic and time bucke
 and publishes the counts (message format: backbone/client/audit/counts.py) to the audit topic of the
 cluster it is told to publish to. Its offsets are committed only after the counts covering them were
 acknowledged, so a process killed at any moment loses no count; it may count some records twice (the
-ones read after the last commit), which the report shows as extra records at that tier, never as missing.
-A process that stays up does not: when its partitions come back after a commit was lost (the member was
-dropped from its group between publishing and committing), it resumes where its published counts end.
+ones read after the last commit). At the aggregate tier the report shows those as extra records; at a
+baseline tier (dc1, dc2) they would make the aggregate look incomplete. So a process stays up through its
+clusters' trouble (a failed poll, publish or commit is retried, never the end of the process), and counts
+nothing twice while it does: when its partitions come back after a commit was lost (the member was
+dropped from its group between publishing and committing), it resumes where its published counts end,
+also when the group's coordinator cannot say what was committed.
 
 Run one per datacenter cluster (tier `dc1`, ...) and one on the aggregate cluster (tier `aggregate`);
 several processes with the same tier share the partitions through their group.
@@ -25,7 +28,6 @@ from typing import Any
 
 from backbone.client import (
     AsyncConsumer,
-    CommitFailedError,
     ConsumerRebalanceListener,
     KafkaClientError,
     KafkaError,
@@ -44,6 +46,8 @@ from backbone.client.config import security_settings
 log = logging.getLogger(__name__)
 
 _POLL_MS = 500
+_RETRY_BACKOFF_S = 1.0
+_LOOKUP_ATTEMPTS = 3
 INTERNAL_TOPICS = r"__.*|_schemas"  # _schemas: the schema registry's, kept in one cluster
 
 
@@ -120,19 +124,30 @@ class ClusterAuditor(ConsumerRebalanceListener):
         )
         try:
             while not stop.is_set():
-                polled = await self.consumer.poll(timeout_ms=_POLL_MS)
-                for tp, records in polled.items():
-                    self.counter.add_timestamps(tp.topic, [record.timestamp for record in records])
-                    self._positions[tp] = records[-1].offset + 1
-                    self.counted_total += len(records)
-                if time.monotonic() - self._last_checkpoint >= self.settings.interval_ms / 1000:
-                    await self.checkpoint()
+                try:
+                    await self._count_and_checkpoint()
+                except (KafkaError, KafkaClientError) as error:
+                    # A restarted process counts again what it read since its last commit, so it stays
+                    # up through a cluster's trouble rather than exit; only a lasting refusal ends it.
+                    if not error.retriable:
+                        raise
+                    log.warning("event=audit_count_retry error=%r", str(error))
+                    await asyncio.sleep(_RETRY_BACKOFF_S)
         finally:
             with contextlib.suppress(KafkaError, KafkaClientError):
                 await self.checkpoint()
             await self.publisher.close()
             with contextlib.suppress(KafkaError, KafkaClientError, OSError):
                 await self.consumer.close()
+
+    async def _count_and_checkpoint(self) -> None:
+        polled = await self.consumer.poll(timeout_ms=_POLL_MS)
+        for tp, records in polled.items():
+            self.counter.add_timestamps(tp.topic, [record.timestamp for record in records])
+            self._positions[tp] = records[-1].offset + 1
+            self.counted_total += len(records)
+        if time.monotonic() - self._last_checkpoint >= self.settings.interval_ms / 1000:
+            await self.checkpoint()
 
     async def checkpoint(self, partitions: set[TopicPartition] | None = None) -> None:
         """Publish the counts, and once they are acknowledged commit the offsets they cover."""
@@ -149,7 +164,8 @@ class ClusterAuditor(ConsumerRebalanceListener):
             return
         try:
             await self.consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in covered.items()})
-        except CommitFailedError as error:
+        except (KafkaError, KafkaClientError) as error:
+            # Committed at a later checkpoint; meanwhile `_published` says where the counts end.
             log.warning("event=audit_commit_failed partitions=%d error=%r", len(covered), str(error))
             return
         self._committed.update(covered)
@@ -164,11 +180,7 @@ class ClusterAuditor(ConsumerRebalanceListener):
         published = {tp: self._published[tp] for tp in assigned if tp in self._published}
         if not published:
             return
-        try:
-            committed = await self.consumer.committed(set(published))
-        except (KafkaError, KafkaClientError) as error:
-            log.warning("event=audit_committed_lookup_failed error=%r", str(error))
-            return  # the committed offsets then: some records may be counted twice, none lost
+        committed = await self._committed_offsets(set(published))
         for tp, offset in published.items():
             found = committed.get(tp)
             if found is None or found.offset < offset:
@@ -181,6 +193,20 @@ class ClusterAuditor(ConsumerRebalanceListener):
                 )
                 self.consumer.seek(tp, offset)
                 self._positions[tp] = offset  # committed at the next checkpoint
+
+    async def _committed_offsets(self, partitions: set[TopicPartition]) -> Mapping[TopicPartition, Any]:
+        """The group's committed offsets, asked a few times while its coordinator is in trouble. When it
+        does not answer, none: resuming after this process's published counts then counts nothing twice
+        (unless another member of the tier counted the partition meanwhile, which it cannot tell)."""
+        for attempt in range(_LOOKUP_ATTEMPTS):
+            try:
+                return await self.consumer.committed(partitions)
+            except (KafkaError, KafkaClientError) as error:
+                log.warning(
+                    "event=audit_committed_lookup_failed attempt=%d error=%r", attempt + 1, str(error)
+                )
+                await asyncio.sleep(_RETRY_BACKOFF_S)
+        return {}
 
     async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
         self._drop(lost)

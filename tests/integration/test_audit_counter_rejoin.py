@@ -1,18 +1,19 @@
 """A cluster's audit counter dropped from its group between publishing its counts and committing their
 offsets (its event loop stalled past the session timeout, as when its cluster's ZooKeeper or coordinator
 went away): when the group gives it the partitions back from the older committed offset, it must not count
-those records again. A double count at a baseline tier (dc1, dc2) makes the aggregate look incomplete."""
+those records again, also when the coordinator cannot say what was committed. Nor may a commit that
+fails end the process (a restarted one counts again what it read since its last commit). A double count
+at a baseline tier (dc1, dc2) makes the aggregate look incomplete."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import pytest
 from mirror_support import GROUP_SETTINGS
 
-from backbone.client import Admin, KafkaClientError, KafkaError, NewTopic, Producer, TopicPartition
+from backbone.client import Admin, KafkaTimeoutError, NewTopic, Producer, TopicPartition
 from backbone.client.audit import read_audit_counts
 from backbone.mirror.audit import AuditorSettings, ClusterAuditor
 
@@ -36,13 +37,25 @@ async def until(condition, timeout: float, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def count_through_a_lost_commit(bootstrap: str) -> ClusterAuditor:
+def coordinator_silent(auditor: ClusterAuditor) -> None:
+    """The group's coordinator does not answer the auditor's committed-offsets lookups (as when it moved
+    and the lookup ran out of time)."""
+
+    async def committed(partitions, **_):
+        raise KafkaTimeoutError("the committed offsets were not fetched within default.api.timeout.ms")
+
+    auditor.consumer.committed = committed  # type: ignore[method-assign]
+
+
+async def count_through_a_lost_commit(bootstrap: str, silent_coordinator: bool) -> ClusterAuditor:
     views = TopicPartition("views", 0)
     auditor = ClusterAuditor(
         # Checkpoints only when the test asks: the automatic ones come once an hour.
         AuditorSettings(bootstrap, "dc1", bootstrap, interval_ms=3_600_000),
         consumer_config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 300},
     )
+    if silent_coordinator:
+        coordinator_silent(auditor)
     stop = asyncio.Event()
     running = asyncio.create_task(auditor.run(stop))
     try:
@@ -57,8 +70,7 @@ async def count_through_a_lost_commit(bootstrap: str) -> ClusterAuditor:
         deadline = time.monotonic() + 60
         while auditor._committed.get(views) != FIRST + THEN:
             assert time.monotonic() < deadline, "the offsets after the lost commit were never committed"
-            with contextlib.suppress(KafkaError, KafkaClientError):
-                await auditor.checkpoint()
+            await auditor.checkpoint()  # a failed commit is logged and tried again, never raised
             await asyncio.sleep(0.2)
     finally:
         stop.set()
@@ -66,8 +78,9 @@ async def count_through_a_lost_commit(bootstrap: str) -> ClusterAuditor:
     return auditor
 
 
+@pytest.mark.parametrize("silent_coordinator", [False, True], ids=["lookup-answered", "lookup-failed"])
 def test_a_counter_dropped_from_its_group_after_publishing_counts_each_record_once(
-    broker_factory, caplog
+    broker_factory, caplog, silent_coordinator
 ) -> None:
     broker = broker_factory(1, **{k.replace(".", "_"): v for k, v in GROUP_SETTINGS.items()})
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
@@ -75,7 +88,7 @@ def test_a_counter_dropped_from_its_group_after_publishing_counts_each_record_on
     produce(broker.bootstrap, FIRST)
     caplog.set_level("INFO", logger="backbone.mirror.audit")
 
-    auditor = asyncio.run(count_through_a_lost_commit(broker.bootstrap))
+    auditor = asyncio.run(count_through_a_lost_commit(broker.bootstrap, silent_coordinator))
 
     counts, _ = read_audit_counts(broker.bootstrap)
     counted = sum(c.count for c in counts if c.tier == "dc1" and c.topic == "views")
@@ -83,3 +96,39 @@ def test_a_counter_dropped_from_its_group_after_publishing_counts_each_record_on
     assert counted == FIRST + THEN
     assert auditor.counted_total == FIRST + THEN
     assert "event=audit_resumed_after_published" in caplog.text, "the partition was assigned again"
+
+
+def test_a_counter_whose_commits_time_out_keeps_counting_and_commits_later(broker_factory) -> None:
+    broker = broker_factory(1, **{k.replace(".", "_"): v for k, v in GROUP_SETTINGS.items()})
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("views", 1, 1)])
+    produce(broker.bootstrap, FIRST)
+
+    async def count() -> tuple[int, int]:
+        auditor = ClusterAuditor(AuditorSettings(broker.bootstrap, "dc1", broker.bootstrap, interval_ms=200))
+        commit, failures = auditor.consumer.commit, [0]
+
+        async def commit_timing_out_twice(offsets, **kwargs):
+            if failures[0] < 2:
+                failures[0] += 1
+                raise KafkaTimeoutError("the commit was not answered within default.api.timeout.ms")
+            await commit(offsets, **kwargs)
+
+        auditor.consumer.commit = commit_timing_out_twice  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        running = asyncio.create_task(auditor.run(stop))
+        try:
+            views = TopicPartition("views", 0)
+            await until(lambda: auditor._committed.get(views) == FIRST, 60, "the offsets committed")
+            assert not running.done(), "the counter ended at a failed commit"
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 60)
+        return auditor.counted_total, failures[0]
+
+    counted_in_memory, failures = asyncio.run(count())
+
+    counts, _ = read_audit_counts(broker.bootstrap)
+    assert failures == 2
+    assert counted_in_memory == FIRST
+    assert sum(c.count for c in counts if c.tier == "dc1" and c.topic == "views") == FIRST

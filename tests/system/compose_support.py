@@ -26,6 +26,7 @@ import requests
 
 from backbone.client import Consumer, KafkaClientError, Producer, TopicPartition
 from backbone.coordination import find_free_port
+from backbone.mirror import provenance
 from backbone.protocol.errors import KafkaError
 
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
@@ -349,6 +350,21 @@ def lost_in_aggregate(traffics: Iterable[Traffic], records: Iterable) -> list[st
             numbers = list(traffic.acknowledged)
         missing.extend(f"{traffic.tag}:{n}" for n in numbers if traffic.value(n) not in present)
     return missing
+
+
+def not_copied(source: str, alias: str, aggregate_records: Iterable, topic: str) -> list[str]:
+    """The records of `topic` in the source cluster (named `alias` by its mirror) that no record in the
+    aggregate names as its origin: 'partition:offset timestamp' each, for a report of what went missing."""
+    copied = set()
+    for record in aggregate_records:
+        first = provenance.origin(record.headers or ())
+        if first is not None and first.cluster == alias:
+            copied.add((first.partition, first.offset))
+    return [
+        f"{r.partition}:{r.offset} ts={r.timestamp}"
+        for r in read_topic(source, topic)
+        if (r.partition, r.offset) not in copied
+    ]
 
 
 def audit_report(aggregate: str, topic: str, *options: str) -> tuple[bool, str]:

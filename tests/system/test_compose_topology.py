@@ -23,6 +23,7 @@ from compose_support import (
     audit_report,
     lost_in_aggregate,
     lost_in_source,
+    not_copied,
     read_topic,
     records_in,
     wait_for,
@@ -282,15 +283,17 @@ def test_the_generators_tracking_events_reach_the_aggregate(backbone: ComposeTop
     assert not backbone.unhealthy(generators), "the generators ran until now"
     backbone.compose("stop", "--timeout", "30", *generators)
     for topic in ("page_views", "searches"):
-        report = generated_audit(aggregate, topic)
+        report = generated_audit(backbone, topic)
         print(report.strip())
         assert "100.000%" in report and "dc1=" in report and "dc2=" in report
         print(f"aggregate {topic}: {records_in(aggregate, topic)} generated events")
         assert records_in(aggregate, topic) > 0
 
 
-def generated_audit(aggregate: str, topic: str) -> str:
-    """The audit report of a generated topic once it says complete (against the datacenters' counters)."""
+def generated_audit(backbone: ComposeTopology, topic: str) -> str:
+    """The audit report of a generated topic once it says complete (against the datacenters' counters);
+    when it does not, the failure names the datacenters' records that are not in the aggregate."""
+    aggregate = backbone.bootstrap("aggregate")
     report = [""]
 
     def audited() -> bool:
@@ -300,5 +303,8 @@ def generated_audit(aggregate: str, topic: str) -> str:
     try:
         wait_for(audited, CATCH_UP_S, f"the audit report of {topic} to say complete", 3)
     except pytest.fail.Exception as timed_out:
-        pytest.fail(f"{timed_out}; its last report:\n{report[0]}")
+        in_aggregate = read_topic(aggregate, topic)
+        missing = {dc: not_copied(backbone.bootstrap(dc), dc, in_aggregate, topic) for dc in ("dc1", "dc2")}
+        named = "\n".join(f"{dc}: {len(m)} not copied: {', '.join(m[:20])}" for dc, m in missing.items())
+        pytest.fail(f"{timed_out}; its last report:\n{report[0]}\n{named}")
     return report[0]

@@ -101,6 +101,9 @@ class PartitionState:
     error: BaseException | None = None
     awaiting_committed: bool = False
     """Not fetched yet: the group's committed offset is being looked up (see consumer_group.py)."""
+    awaiting_listener: bool = False
+    """Not fetched yet: newly assigned, and the rebalance listener's `on_partitions_assigned` (which may
+    seek it) has not returned."""
 
     def seek(self, offset: int | None, reset_to: int | None = None) -> None:
         self.position = self.fetch_position = offset
@@ -188,7 +191,7 @@ class Fetcher:
         fetches: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
         resets: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
         for tp, state in self.assignment.items():
-            if state.paused or state.error is not None or state.awaiting_committed:
+            if state.paused or state.error is not None or state.awaiting_committed or state.awaiting_listener:
                 continue
             if state.reset_to is None and state.fetch_position is None:
                 if self.default_reset is None:

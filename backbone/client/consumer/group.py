@@ -304,7 +304,10 @@ class ConsumerGroup:
         if revoked:
             await self._revoke(revoked, self.config["default.api.timeout.ms"] / 1000)
         await self._add(added)
-        self._remember_error(await call_listener(self._listener, "on_partitions_assigned", added))
+        try:
+            self._remember_error(await call_listener(self._listener, "on_partitions_assigned", added))
+        finally:
+            self._listener_returned(added)
         # Partitions of topics no longer subscribed (a static member restarted with another subscription
         # gets its old assignment back with no rebalance): rejoin, as the Java client does.
         subscription = self.subscription
@@ -357,10 +360,19 @@ class ConsumerGroup:
         )
         self.cluster.add_topics({tp.topic for tp in added})
         for tp in added:
-            state = PartitionState(generation=next(_state_generations))
+            # As in Kafka's consumer, nothing of a new partition is fetched before the listener has heard of
+            # it: a poll that ends while the listener still runs must not return records it would seek past.
+            state = PartitionState(generation=next(_state_generations), awaiting_listener=True)
             self._start_from(tp, state, committed.get(tp))
             self.fetcher.assignment[tp] = state
         self.owned |= added
+
+    def _listener_returned(self, added: set[TopicPartition]) -> None:
+        """`on_partitions_assigned` returned: the new partitions are fetched from where it left them."""
+        for tp in added:
+            state = self.fetcher.assignment.get(tp)
+            if state is not None:
+                state.awaiting_listener = False
         self.fetcher.wakeup()
 
     def _start_from(self, tp: TopicPartition, state: PartitionState, found: OffsetAndMetadata | None) -> None:
