@@ -7,10 +7,12 @@ cluster it is told to publish to. Its offsets are committed only after the count
 acknowledged, so a process killed at any moment loses no count; it may count some records twice (the
 ones read after the last commit). At the aggregate tier the report shows those as extra records; at a
 baseline tier (dc1, dc2) they would make the aggregate look incomplete. So a process stays up through its
-clusters' trouble (a failed poll, publish or commit is retried, never the end of the process), and counts
-nothing twice while it does: when its partitions come back after a commit was lost (the member was
-dropped from its group between publishing and committing), it resumes where its published counts end,
-also when the group's coordinator cannot say what was committed.
+clusters' trouble (a poll, publish or commit that fails with a retriable error is tried again rather than
+ending the process), and is meant to count nothing twice while it does: when its partitions come back after
+a commit was lost (the member was dropped from its group between publishing and committing), it resumes
+where its published counts end, also when the group's coordinator cannot say what was committed. (One
+extra count at a datacenter tier after the compose suite's faults is not explained yet: see
+tests/system/test_compose_topology.py.)
 
 Run one per datacenter cluster (tier `dc1`, ...) and one on the aggregate cluster (tier `aggregate`);
 several processes with the same tier share the partitions through their group.
