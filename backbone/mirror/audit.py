@@ -8,11 +8,11 @@ acknowledged, so a process killed at any moment loses no count; it may count som
 ones read after the last commit). At the aggregate tier the report shows those as extra records; at a
 baseline tier (dc1, dc2) they would make the aggregate look incomplete. So a process stays up through its
 clusters' trouble (a poll, publish or commit that fails with a retriable error is tried again rather than
-ending the process), and is meant to count nothing twice while it does: when its partitions come back after
-a commit was lost (the member was dropped from its group between publishing and committing), it resumes
-where its published counts end, also when the group's coordinator cannot say what was committed. (One
-extra count at a datacenter tier after the compose suite's faults is not explained yet: see
-tests/system/test_compose_topology.py.)
+ending the process), and is meant to count nothing twice while it does: when its partitions come back
+from an older committed offset (a commit lost when the member was dropped from its group, or a revocation
+while the audit cluster could not take the counts), it resumes where its counts end, also when the group's
+coordinator cannot say what was committed. (One extra count at a datacenter tier after the compose suite's
+faults is not explained yet: see tests/system/test_compose_topology.py.)
 
 Run one per datacenter cluster (tier `dc1`, ...) and one on the aggregate cluster (tier `aggregate`);
 several processes with the same tier share the partitions through their group.
@@ -105,11 +105,12 @@ class ClusterAuditor(ConsumerRebalanceListener):
         )
         self._positions: dict[TopicPartition, int] = {}  # next offset after what was counted
         self._committed: dict[TopicPartition, int] = {}
-        # Next offset after what this process's acknowledged counts cover, kept across rebalances: a member
-        # dropped from its group between publishing and committing gets its partitions back from the older
-        # committed offset, and must not count those records twice (a double count at a baseline tier
-        # would show as records missing in the aggregate).
-        self._published: dict[TopicPartition, int] = {}
+        # Next offset after what this process counted, kept across rebalances: those counts are published,
+        # or held by the publisher until they are (it keeps unacknowledged ones). A partition that comes
+        # back from an older committed offset (a commit lost when the member was dropped from its group, or
+        # a revocation while the audit cluster could not take the counts) must not be counted twice: a
+        # double count at a baseline tier would show as records missing in the aggregate.
+        self._counted: dict[TopicPartition, int] = {}
         self._last_checkpoint = time.monotonic()
         self.counted_total = 0
         self.counter.announce()
@@ -146,7 +147,7 @@ class ClusterAuditor(ConsumerRebalanceListener):
         polled = await self.consumer.poll(timeout_ms=_POLL_MS)
         for tp, records in polled.items():
             self.counter.add_timestamps(tp.topic, [record.timestamp for record in records])
-            self._positions[tp] = records[-1].offset + 1
+            self._positions[tp] = self._counted[tp] = records[-1].offset + 1
             self.counted_total += len(records)
         if time.monotonic() - self._last_checkpoint >= self.settings.interval_ms / 1000:
             await self.checkpoint()
@@ -161,13 +162,12 @@ class ClusterAuditor(ConsumerRebalanceListener):
         }
         if not await self.publisher.publish():
             return  # not committed: counted again after a restart rather than lost
-        self._published.update(self._positions)
         if not covered:
             return
         try:
             await self.consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in covered.items()})
         except (KafkaError, KafkaClientError) as error:
-            # Committed at a later checkpoint; meanwhile `_published` says where the counts end.
+            # Committed at a later checkpoint; meanwhile `_counted` says where the counts end.
             log.warning("event=audit_commit_failed partitions=%d error=%r", len(covered), str(error))
             return
         self._committed.update(covered)
@@ -178,12 +178,12 @@ class ClusterAuditor(ConsumerRebalanceListener):
         self._drop(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Resume where this process's published counts end, when that is past the committed offset."""
-        published = {tp: self._published[tp] for tp in assigned if tp in self._published}
-        if not published:
+        """Resume where this process's counts end, when that is past the committed offset."""
+        counted = {tp: self._counted[tp] for tp in assigned if tp in self._counted}
+        if not counted:
             return
-        committed = await self._committed_offsets(set(published))
-        for tp, offset in published.items():
+        committed = await self._committed_offsets(set(counted))
+        for tp, offset in counted.items():
             found = committed.get(tp)
             if found is None or found.offset < offset:
                 log.info(
@@ -198,7 +198,7 @@ class ClusterAuditor(ConsumerRebalanceListener):
 
     async def _committed_offsets(self, partitions: set[TopicPartition]) -> Mapping[TopicPartition, Any]:
         """The group's committed offsets, asked a few times while its coordinator is in trouble. When it
-        does not answer, none: resuming after this process's published counts then counts nothing twice
+        does not answer, none: resuming after this process's own counts then counts nothing twice
         (unless another member of the tier counted the partition meanwhile, which it cannot tell)."""
         for attempt in range(_LOOKUP_ATTEMPTS):
             try:

@@ -132,3 +132,60 @@ def test_a_counter_whose_commits_time_out_keeps_counting_and_commits_later(broke
     assert failures == 2
     assert counted_in_memory == FIRST
     assert sum(c.count for c in counts if c.tier == "dc1" and c.topic == "views") == FIRST
+
+
+def test_a_counter_revoked_while_its_counts_cannot_be_published_counts_each_record_once(
+    broker_factory,
+) -> None:
+    # The counts of a revoked partition stay with the publisher until the audit cluster takes them, and
+    # its offsets are not committed meanwhile: when the partition comes back, from the older committed
+    # offset, the counter must resume where its counts end.
+    broker = broker_factory(1, **{k.replace(".", "_"): v for k, v in GROUP_SETTINGS.items()})
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("views", 1, 1)])
+    produce(broker.bootstrap, FIRST)
+    views = TopicPartition("views", 0)
+
+    def create_clicks() -> None:
+        with Admin(bootstrap_servers=broker.bootstrap) as admin:
+            admin.create_topics([NewTopic("clicks", 1, 1)])
+
+    async def count() -> int:
+        auditor = ClusterAuditor(
+            AuditorSettings(broker.bootstrap, "dc1", broker.bootstrap, interval_ms=3_600_000),
+            consumer_config={"metadata.max.age.ms": 500},
+        )
+        stop = asyncio.Event()
+        running = asyncio.create_task(auditor.run(stop))
+        try:
+            await until(lambda: auditor.counted_total >= FIRST, 60, f"the first {FIRST} records counted")
+            await auditor.checkpoint()
+            assert auditor._committed.get(views) == FIRST
+            await asyncio.to_thread(produce, broker.bootstrap, THEN)
+            await until(lambda: auditor.counted_total >= FIRST + THEN, 60, "the next records counted")
+            publish = auditor.publisher.publish
+
+            async def audit_cluster_away(timeout: float | None = 30.0) -> bool:
+                return False
+
+            auditor.publisher.publish = audit_cluster_away  # type: ignore[method-assign]
+            # A new topic the counter's pattern matches: the group rebalances and revokes `views`.
+            await asyncio.to_thread(create_clicks)
+            clicks = TopicPartition("clicks", 0)
+            await until(lambda: clicks in auditor.consumer.assignment(), 60, "the rebalance for clicks")
+            auditor.publisher.publish = publish  # type: ignore[method-assign]
+            deadline = time.monotonic() + 60
+            while auditor._committed.get(views) != FIRST + THEN:
+                assert time.monotonic() < deadline, "the offsets after the revocation were never committed"
+                await auditor.checkpoint()
+                await asyncio.sleep(0.2)
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 60)
+        return auditor.counted_total
+
+    counted_in_memory = asyncio.run(count())
+
+    counts, _ = read_audit_counts(broker.bootstrap)
+    assert sum(c.count for c in counts if c.tier == "dc1" and c.topic == "views") == FIRST + THEN
+    assert counted_in_memory == FIRST + THEN
