@@ -47,6 +47,15 @@ def coordinator_silent(auditor: ClusterAuditor) -> None:
     auditor.consumer.committed = committed  # type: ignore[method-assign]
 
 
+async def count_then_more(auditor: ClusterAuditor, bootstrap: str) -> None:
+    """The first records counted, published and committed; then more produced and counted."""
+    await until(lambda: auditor.counted_total >= FIRST, 60, f"the first {FIRST} records counted")
+    await auditor.checkpoint()
+    assert auditor._committed.get(TopicPartition("views", 0)) == FIRST
+    await asyncio.to_thread(produce, bootstrap, THEN)
+    await until(lambda: auditor.counted_total >= FIRST + THEN, 60, "the next records counted")
+
+
 async def count_through_a_lost_commit(bootstrap: str, silent_coordinator: bool) -> ClusterAuditor:
     views = TopicPartition("views", 0)
     auditor = ClusterAuditor(
@@ -59,11 +68,7 @@ async def count_through_a_lost_commit(bootstrap: str, silent_coordinator: bool) 
     stop = asyncio.Event()
     running = asyncio.create_task(auditor.run(stop))
     try:
-        await until(lambda: auditor.counted_total >= FIRST, 60, f"the first {FIRST} records counted")
-        await auditor.checkpoint()
-        assert auditor._committed.get(views) == FIRST
-        await asyncio.to_thread(produce, bootstrap, THEN)
-        await until(lambda: auditor.counted_total >= FIRST + THEN, 60, "the next records counted")
+        await count_then_more(auditor, bootstrap)
         # The loop stalls past the session timeout: the coordinator drops the member. The next checkpoint
         # publishes the counts; their commit fails, and the group assigns the partition again.
         time.sleep(2 * SESSION_TIMEOUT_MS / 1000)
@@ -158,11 +163,7 @@ def test_a_counter_revoked_while_its_counts_cannot_be_published_counts_each_reco
         stop = asyncio.Event()
         running = asyncio.create_task(auditor.run(stop))
         try:
-            await until(lambda: auditor.counted_total >= FIRST, 60, f"the first {FIRST} records counted")
-            await auditor.checkpoint()
-            assert auditor._committed.get(views) == FIRST
-            await asyncio.to_thread(produce, broker.bootstrap, THEN)
-            await until(lambda: auditor.counted_total >= FIRST + THEN, 60, "the next records counted")
+            await count_then_more(auditor, broker.bootstrap)
             publish = auditor.publisher.publish
 
             async def audit_cluster_away(timeout: float | None = 30.0) -> bool:
