@@ -292,7 +292,9 @@ def test_the_generators_tracking_events_reach_the_aggregate(backbone: ComposeTop
     backbone.compose("stop", "--timeout", "30", *generators)
     for topic in ("page_views", "searches"):
         wait_all_copied(backbone, topic)
-        print(f"aggregate {topic}: {records_in(aggregate, topic)} generated events, none missing")
+        generated = records_in(aggregate, topic)
+        print(f"aggregate {topic}: {generated} generated events, none missing")
+        assert generated > 0
         report = generated_audit(aggregate, topic)
         print(report.strip())
         assert "dc1=" in report and "dc2=" in report
