@@ -100,6 +100,9 @@ class ClusterAuditor(ConsumerRebalanceListener):
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 3_000,
                 "metadata.max.age.ms": 5_000,  # new topics are counted within seconds
+                # Counts are published every few seconds, so a fetch may wait (fetch.max.wait.ms, 500 ms) for
+                # records to gather: one exchange per broker and half second, not one per produced batch.
+                "fetch.min.bytes": 1 << 20,
                 **(consumer_config or {}),
             }
         )

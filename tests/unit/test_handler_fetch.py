@@ -27,12 +27,17 @@ pieces = pieces_fixture()
 
 
 def fetch_request(
-    offset: int, *, replica_id: int = CONSUMER, max_wait_ms: int = 0, leader_epoch: int = -1
+    offset: int,
+    *,
+    replica_id: int = CONSUMER,
+    max_wait_ms: int = 0,
+    leader_epoch: int = -1,
+    min_bytes: int = 1,
 ) -> fetch.FetchRequest:
     return fetch.FetchRequest(
         replica_id=replica_id,
         max_wait=millis(max_wait_ms),
-        min_bytes=1,
+        min_bytes=min_bytes,
         max_bytes=1 << 20,
         isolation_level=0,
         session_id=0,
@@ -97,6 +102,31 @@ async def test_a_long_poll_is_answered_when_a_record_arrives(pieces) -> None:
     assert not waiting.done()
     partition.append_as_leader(memoryview(build_batch(2)))
     answer = await asyncio.wait_for(waiting, 30)
+    assert offsets_in(answer.records) == [0]
+
+
+async def test_a_fetch_waits_for_min_bytes_also_when_its_partition_already_has_records(pieces) -> None:
+    partition = pieces.lead("t", 0, (1,))
+    first = build_batch(2)
+    partition.append_as_leader(memoryview(first))
+    asked = 3 * len(first)  # fetch.min.bytes: three batches' worth
+    waiting = asyncio.ensure_future(
+        fetch_partition(pieces, fetch_request(0, max_wait_ms=60_000, min_bytes=asked))
+    )
+    for _ in range(2):
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # what is there is less than min_bytes: the fetch keeps waiting
+        partition.append_as_leader(memoryview(build_batch(2)))
+    answer = await asyncio.wait_for(waiting, 30)
+    assert offsets_in(answer.records) == [0, 2, 4]  # answered once the three batches were there, all of them
+
+
+async def test_a_fetch_short_of_min_bytes_is_answered_with_what_there_is_at_its_deadline(pieces) -> None:
+    partition = pieces.lead("t", 0, (1,))
+    partition.append_as_leader(memoryview(build_batch(2)))
+    answer = await asyncio.wait_for(
+        fetch_partition(pieces, fetch_request(0, max_wait_ms=200, min_bytes=1 << 20)), 30
+    )
     assert offsets_in(answer.records) == [0]
 
 

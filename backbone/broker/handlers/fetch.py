@@ -45,13 +45,14 @@ def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: Bro
         # Replication is not a client: no client quota applies to a follower's fetch.
         max_bytes = request.max_bytes if follower else fetch_byte_limit(context, request.max_bytes)
         while True:
-            topics, total, idle, failed = _read(replicas, request, denied, max_bytes)
+            topics, total, readable, full, failed = _read(replicas, request, denied, max_bytes)
             remaining = deadline - time.monotonic()
-            if total >= request.min_bytes or remaining <= 0 or failed or not idle:
+            if total >= request.min_bytes or remaining <= 0 or failed or full or not readable:
                 break
-            # Nothing (or too little) yet: sleep until an append to one of these partitions, or the deadline.
+            # Too little yet (`fetch.min.bytes`, as Kafka's delayed fetch): sleep until an append to any asked
+            # partition, also one that already gave records, or the deadline; then read them all again.
             waited = time.monotonic()
-            await _wait_for_append(idle, remaining)
+            await _wait_for_append(readable, remaining)
             context.remote_wait_s += time.monotonic() - waited
         if follower:
             context.throttle_ms = 0
@@ -103,14 +104,14 @@ def _denied(authorizer: Authorizer, context: RequestContext, request: Any) -> fr
 
 def _read(
     replicas: ReplicaManager, request: Any, denied: frozenset[str] = frozenset(), max_bytes: int | None = None
-) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
-    """The answer as it stands, its records' size, the partitions that added nothing to it, and whether any
-    failed."""
+) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool, bool]:
+    """The answer as it stands, its records' size, the partitions read, whether the size limit left records
+    out, and whether any partition failed."""
     budget = request.max_bytes if max_bytes is None else max_bytes
     replica_id = request.replica_id
     total = 0
-    failed = False
-    idle: list[Partition] = []
+    failed = full = False
+    readable: list[Partition] = []
     topics = []
     for topic in request.topics:
         results = []
@@ -126,6 +127,7 @@ def _read(
                 read, high_watermark, log_start_offset = partition.read(
                     asked.fetch_offset, max(limit, 0), replica_id
                 )
+                readable.append(partition)
                 result.high_watermark = result.last_stable_offset = high_watermark
                 result.log_start_offset = log_start_offset
                 size = read.size
@@ -135,7 +137,7 @@ def _read(
                     budget -= size
                 else:
                     result.records = b""
-                    idle.append(partition)
+                    full = full or size > 0
             except KafkaError as exc:
                 result.error_code = exc.code
                 result.records = b""
@@ -146,7 +148,7 @@ def _read(
                 failed = True
             results.append(result)
         topics.append((topic.topic, results))
-    return topics, total, idle, failed
+    return topics, total, readable, full, failed
 
 
 def check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
