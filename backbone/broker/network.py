@@ -97,6 +97,10 @@ Handler = Callable[[RequestContext], Awaitable[HandlerResult]]
 class RegionSender:
     """Writes records regions (file, position, length) to a transport; the fetch path provides one."""
 
+    def inline(self, connection: Connection, region: Any) -> bytes | None:
+        """The region's bytes when it is small enough to go out inside the answer's one write, else None."""
+        return None
+
     async def send(self, connection: Connection, region: Any) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -423,14 +427,21 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or self.closed:
             return
         for chunk in chunks:
-            if isinstance(chunk, (bytes, bytearray, memoryview)):
-                if not self._unsent and self.queue:
-                    asyncio.get_running_loop().call_soon(self.flush)
-                self._unsent.append(chunk)
-                self._unsent_bytes += len(chunk)
-            else:
-                self.flush()
-                await self.listener.region_sender.send(self, chunk)
+            if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                # A small records region is read and written with the rest of the answer: each write is a
+                # segment that wakes the client, which on loopback costs more than copying the bytes.
+                inline = self.listener.region_sender.inline(self, chunk)
+                if inline is None:
+                    self.flush()
+                    await self.listener.region_sender.send(self, chunk)
+                    if self.closed:
+                        return
+                    continue
+                chunk = inline
+            if not self._unsent and self.queue:
+                asyncio.get_running_loop().call_soon(self.flush)
+            self._unsent.append(chunk)
+            self._unsent_bytes += len(chunk)
             if self.closed:
                 return
         if not self.queue or self._unsent_bytes >= COALESCE_BYTES:

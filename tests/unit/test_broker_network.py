@@ -19,6 +19,8 @@ import pytest
 from backbone.broker import network
 from backbone.broker.config import Endpoint
 from backbone.broker.network import Listener, RegionSender, RequestContext
+from backbone.broker.region_sender import INLINE_MAX_BYTES, FileRegionSender
+from backbone.log.files import FileRegion, SegmentFile
 from backbone.protocol.api import ApiKey, ApiTable
 from backbone.protocol.framing import encode_frame, read_frame
 from backbone.protocol.headers import encode_request_header
@@ -139,6 +141,58 @@ async def answers_after(
 ) -> list[tuple[int, bytes]]:
     writer.write(frame)
     return await answers(reader, 1)
+
+
+class RegionListener(EchoListener):
+    """Answers every request with bytes, a region of `file` as long as the body says, and more bytes, the
+    way a Fetch answer leaves: its records a file region between the encoded fields."""
+
+    def __init__(self, file: SegmentFile) -> None:
+        super().__init__()
+        self.file = file
+        self.region_sender = FileRegionSender()
+
+    async def echo(self, context: RequestContext) -> list[object]:  # type: ignore[override]
+        length = int(bytes(context.frame[context.body_offset :]))
+        return [b"head", FileRegion(self.file, 0, length), b"tail"]
+
+
+async def test_a_small_region_leaves_in_the_answers_one_write_a_large_one_in_its_own(tmp_path: Path) -> None:
+    data = random.randbytes(INLINE_MAX_BYTES + 1)
+    (tmp_path / "segment.log").write_bytes(data)
+    file = SegmentFile.open(tmp_path / "segment.log")
+    served = RegionListener(file)
+    await served.start()
+    await served.start_serving()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        await answers_after(writer, reader, request(0, b"1"))
+        (connection,) = served.connections
+        assert connection.transport is not None
+        written: list[int] = []
+        send = connection.transport.write
+
+        def counted(data: bytes | bytearray | memoryview) -> None:
+            written.append(len(data))
+            send(data)
+
+        connection.transport.write = counted  # type: ignore[method-assign]
+        for size in (16_000, INLINE_MAX_BYTES):
+            written.clear()
+            assert await answers_after(writer, reader, request(1, b"%d" % size)) == [
+                (1, b"head" + data[:size] + b"tail")
+            ]
+            assert len(written) == 1  # one segment: the client wakes once for the whole answer
+        written.clear()
+        large = INLINE_MAX_BYTES + 1
+        assert await answers_after(writer, reader, request(2, b"%d" % large)) == [
+            (2, b"head" + data[:large] + b"tail")
+        ]
+        assert len(written) == 3  # the region in a write of its own, between the answer's bytes
+        writer.close()
+    finally:
+        await served.stop()
+        file.close()
 
 
 async def test_large_requests_arriving_in_pieces_are_whole(listener: EchoListener) -> None:
