@@ -359,6 +359,24 @@ class Log:
         with self._lock:
             return find_offset_for_timestamp(self._segments, timestamp, self._log_start_offset)
 
+    def max_timestamp_below(self, limit: int) -> tuple[int, int] | None:
+        """(largest batch max timestamp, offset of the first batch carrying it) from the log start to below
+        `limit` (ListOffsets MAX_TIMESTAMP under the high watermark), or None when there is no batch. Each
+        segment reads only the headers after its last time-index entry below `limit`, not the whole log."""
+        with self._lock:
+            log_start = self._log_start_offset
+            segments = self._segments
+            best: tuple[int, int] | None = None
+            for i, segment in enumerate(segments):
+                if segment.base_offset >= limit:
+                    break
+                if i + 1 < len(segments) and segments[i + 1].base_offset <= log_start:
+                    continue
+                found = segment.max_timestamp_below(limit, log_start)
+                if found is not None and (best is None or found[0] > best[0]):
+                    best = found
+            return best
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= `epoch`, its end offset), or (-1, -1)."""
         with self._lock:

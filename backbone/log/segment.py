@@ -12,6 +12,7 @@ import logging
 import mmap
 import os
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -450,6 +451,24 @@ class Segment:
             if header.max_timestamp >= timestamp and header.last_offset >= min_offset:
                 return max(header.base_offset, min_offset), header.max_timestamp
         return None
+
+    def max_timestamp_below(self, limit: int, min_offset: int) -> tuple[int, int] | None:
+        """(largest max timestamp, offset of the first batch carrying it) of the batches holding offsets in
+        [`min_offset`, `limit`), or None. The time index's last entry below `limit` names the largest
+        timestamp of every batch before it, so only the headers from there to `limit` are read."""
+        self._touch()
+        _, values = self.time_index.entries()
+        entry = bisect_left(values, limit - self.base_offset) - 1
+        start = max(self.base_offset, min_offset)
+        if entry >= 0:
+            start = max(start, self.base_offset + values[entry])
+        best: tuple[int, int] | None = None
+        for _, header in self._headers_from(self.offset_index.lookup(start), self.size):
+            if header.base_offset >= limit:
+                break
+            if header.last_offset >= start and (best is None or header.max_timestamp > best[0]):
+                best = (header.max_timestamp, max(header.base_offset, min_offset))
+        return best
 
     # -- truncation and recovery ----------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import threading
 from pathlib import Path
 
@@ -351,3 +352,39 @@ def test_close_releases_every_file_descriptor(make_log: LogFactory) -> None:
     del region
     gc.collect()
     assert descriptors_under(log.directory) == 0
+
+
+# -- the largest timestamp below an offset (ListOffsets MAX_TIMESTAMP) ---------------------------------------
+
+
+def brute_force_max_timestamp(log: Log, limit: int) -> tuple[int, int] | None:
+    best = None
+    for header in log.iter_batch_headers(log.log_start_offset):
+        if header.base_offset >= limit:
+            break
+        if best is None or header.max_timestamp > best[0]:
+            best = (header.max_timestamp, max(header.base_offset, log.log_start_offset))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_largest_timestamp_below_an_offset_matches_reading_every_header(
+    make_log: LogFactory, seed: int
+) -> None:
+    rng = random.Random(seed)
+    # Small segments and index entries every batch or so: several segments, several time-index entries each.
+    log = make_log({"segment.bytes": "2500", "index.interval.bytes": str(rng.choice([1, 500, 3000]))})
+    base = BASE_TIMESTAMP
+    for _ in range(40):
+        # Mostly growing timestamps, with some going back and some repeating an earlier maximum.
+        base += rng.choice([0, 1, 5, 50])
+        timestamp = base - rng.choice([0, 0, 0, 10, 100])
+        log.append(build_batch(rng.randint(1, 3), base_timestamp=timestamp, max_timestamp=timestamp))
+    assert len(log.segment_base_offsets()) > 3
+    end = log.log_end_offset
+    for log_start in (0, rng.randint(1, end // 2)):
+        if log_start:
+            log.high_watermark = end
+            log.increment_log_start_offset(log_start)
+        for limit in sorted({log.log_start_offset, *(rng.randint(0, end) for _ in range(12)), end}):
+            assert log.max_timestamp_below(limit) == brute_force_max_timestamp(log, limit), (log_start, limit)

@@ -43,12 +43,7 @@ def _lookup(partition: Partition, timestamp: int, for_replica: bool = False) -> 
     if timestamp == EARLIEST:
         return -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
     if timestamp == MAX_TIMESTAMP:
-        best: tuple[int, int] | None = None
-        for header in log.iter_batch_headers(log.log_start_offset):
-            if header.base_offset >= partition.high_watermark:
-                break
-            if best is None or header.max_timestamp > best[0]:
-                best = (header.max_timestamp, header.base_offset)
+        best = log.max_timestamp_below(partition.high_watermark)
         if best is None:
             return -1, -1, -1
         # The record holding the largest timestamp, not its batch's last (KAFKA-16310): the first of the
