@@ -89,9 +89,8 @@ async def test_pipelined_small_requests_in_one_write_are_answered_in_order(liste
     writer.close()
 
 
-async def test_answers_to_pipelined_requests_leave_together(listener: EchoListener) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
-    await answers_after(writer, reader, request(0, b"first"))
+def counted_writes(listener: Listener) -> list[int]:
+    """The sizes of the writes the listener's one connection makes from now on, as they happen."""
     (connection,) = listener.connections
     assert connection.transport is not None
     written: list[int] = []
@@ -102,6 +101,13 @@ async def test_answers_to_pipelined_requests_leave_together(listener: EchoListen
         send(data)
 
     connection.transport.write = counted  # type: ignore[method-assign]
+    return written
+
+
+async def test_answers_to_pipelined_requests_leave_together(listener: EchoListener) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    await answers_after(writer, reader, request(0, b"first"))
+    written = counted_writes(listener)
     bodies = [b"body %d" % i for i in range(1, 301)]
     writer.write(b"".join(request(i, body) for i, body in enumerate(bodies, 1)))
     assert await answers(reader, len(bodies)) == list(enumerate(bodies, 1))
@@ -167,16 +173,7 @@ async def test_a_small_region_leaves_in_the_answers_one_write_a_large_one_in_its
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
         await answers_after(writer, reader, request(0, b"1"))
-        (connection,) = served.connections
-        assert connection.transport is not None
-        written: list[int] = []
-        send = connection.transport.write
-
-        def counted(data: bytes | bytearray | memoryview) -> None:
-            written.append(len(data))
-            send(data)
-
-        connection.transport.write = counted  # type: ignore[method-assign]
+        written = counted_writes(served)
         for size in (16_000, INLINE_MAX_BYTES):
             written.clear()
             assert await answers_after(writer, reader, request(1, b"%d" % size)) == [
