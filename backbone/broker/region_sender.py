@@ -41,13 +41,11 @@ class FileRegionSender(RegionSender):
         self.sendfile_threshold = sendfile_threshold
 
     def inline(self, connection: Connection, region: object) -> bytes | None:
-        if isinstance(region, Regions):
-            if region.length > INLINE_MAX_BYTES or region.length >= self.sendfile_threshold:
-                return None
-            return b"".join(part.read() for part in region.parts)
-        assert isinstance(region, FileRegion)
+        assert isinstance(region, (Regions, FileRegion))
         if region.length > INLINE_MAX_BYTES or region.length >= self.sendfile_threshold:
             return None
+        if isinstance(region, Regions):
+            return b"".join(part.read() for part in region.parts)
         return region.read()
 
     async def send(self, connection: Connection, region: object) -> None:
