@@ -210,6 +210,8 @@ class Producer(_Facade):
         super().close(timeout)
 
     partitions_for = _blocking("partitions_for", AsyncProducer)
+    # Blocks until the records are queued; the futures it returns answer once `flush` returned.
+    send_many = _blocking("send_many", AsyncProducer)
     metrics = _on_loop("metrics", AsyncProducer)
 
 

@@ -5,8 +5,10 @@ Starts ZooKeeper and one broker (unless `--bootstrap` names a running cluster), 
 
 - batch read: `count(*)` and `sum(length(value))` over the whole topic;
 - streaming: an AvailableNow query from the topic into Parquet, start to termination;
-- writer: N rows of 200-byte values (made by Spark) written to a new 4-partition topic;
-- and, to name the bottleneck, our part alone outside Spark: the tasks' read path (`read_range`: fetch,
+- writer: N rows of 200-byte values (made by Spark) written to a new 4-partition topic, at the sink's
+  defaults (256 KiB batches) and with the client's default 16 KiB ones;
+- and, to name the bottleneck: Spark alone writing rows of the source's columns to Parquet (the
+  streaming query's other half), and our part alone outside Spark: the tasks' read path (`read_range`: fetch,
   decode, Arrow batches) over the same ranges in one process, and the client consumer alone (fetch and
   decode, no Arrow).
 
@@ -192,7 +194,7 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
         assert sum(p["numInputRows"] for p in query.recentProgress) == n
         return elapsed
 
-    def write() -> float:
+    def write(**producer: str) -> float:
         target = f"spark-bench-out-{uuid.uuid4().hex[:6]}"
         with Admin(bootstrap_servers=bootstrap) as admin:
             admin.create_topics([NewTopic(target, PARTITIONS, 1)])
@@ -204,10 +206,26 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
         started = time.perf_counter()
         rows.write.format("backbone").option("kafka.bootstrap.servers", bootstrap).option(
             "topic", target
-        ).option("kafka.linger.ms", "20").option("kafka.batch.size", "262144").mode("append").save()
+        ).options(**{f"kafka.{k}": v for k, v in producer.items()}).mode("append").save()
         elapsed = time.perf_counter() - started
         rows.unpersist()
         return elapsed
+
+    def parquet_alone() -> float:
+        """Spark's own part of the streaming query: rows of the source's columns, made in the JVM, into
+        Parquet (no Backbone, no Python)."""
+        out = tmp / f"parquet-{uuid.uuid4().hex[:6]}"
+        started = time.perf_counter()
+        spark.range(n, numPartitions=PARTITIONS).selectExpr(
+            "cast(null as binary) as key",
+            f"cast(repeat('x', {VALUE_SIZE}) as binary) as value",
+            "'topic' as topic",
+            "cast(id % 4 as int) as partition",
+            "id as offset",
+            "current_timestamp() as timestamp",
+            "0 as timestampType",
+        ).write.parquet(str(out))
+        return time.perf_counter() - started
 
     def our_read_path() -> float:
         from backbone_spark.options import ReadSettings
@@ -239,7 +257,12 @@ def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
     for name, measure in (
         ("batch read, later queries of the session", batch_read),
         ("streaming into Parquet (AvailableNow)", stream_to_parquet),
-        ("writer (acks=all, idempotent)", write),
+        ("Spark alone: the same columns made in the JVM into Parquet", parquet_alone),
+        ("writer (acks=all, idempotent) at the sink's defaults", write),
+        (
+            "writer with the client's default batches (`kafka.batch.size` 16384)",
+            lambda: write(**{"batch.size": "16384"}),
+        ),
         ("our read path alone, one process (fetch, decode, Arrow)", our_read_path),
         ("client Consumer alone, one process (fetch, decode)", consumer_alone),
     ):

@@ -9,12 +9,15 @@ record's error if any record could not be written.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -22,10 +25,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, DataType, IntegerType, StringType, StructType
 
-from backbone.client import KafkaClientError, Producer
+from backbone.client import KafkaClientError, KafkaTimeoutError, Producer
+from backbone.client.producer.bulk_append import WireRecord
+from backbone.client.producer.partitioner import StickyPartitioner, partition_for_key
 from backbone.protocol.errors import KafkaError
 from backbone_spark.options import OptionError, WriteSettings
 from backbone_spark.reading import HEADERS_TYPE
+
+Target = tuple[str, int]  # topic, partition
 
 __all__ = ["BackboneStreamWriter", "BackboneWriter", "RecordWriteError", "produce_rows"]
 
@@ -83,52 +90,115 @@ def _binary(batch: pa.RecordBatch, name: str) -> list[Any]:
     return column.to_pylist()
 
 
+class Routing:
+    """Where each row goes, as the client's default partitioner would send it: to the row's `partition`
+    when set, else where its key hashes, else (no key) to one partition for a batch's worth of bytes
+    and then to another (sticky, KIP-480)."""
+
+    def __init__(self, producer: Producer, batch_size: int) -> None:
+        self.producer = producer
+        self.batch_size = batch_size
+        self.partition_counts: dict[str, int] = {}
+        self.sticky = StickyPartitioner()
+        self.sticky_bytes: dict[str, int] = {}  # bytes sent to a topic's sticky partition so far
+
+    def partitions(self, topic: str) -> int:
+        count = self.partition_counts.get(topic)
+        if count is None:
+            try:
+                count = self.partition_counts[topic] = len(self.producer.partitions_for(topic))
+            except KafkaTimeoutError:
+                raise RecordWriteError(f"topic {topic!r} does not exist (or has no leader)") from None
+        return count
+
+    def sticky_partition(self, topic: str, size: int) -> int:
+        """The partition for `size` more bytes of null-key records."""
+        count = self.partitions(topic)
+        chosen = self.sticky.partition(topic, count)
+        filled = self.sticky_bytes.get(topic, 0) + size
+        if filled >= self.batch_size:
+            self.sticky.batch_completed(topic, chosen, count, None)
+            filled = 0
+        self.sticky_bytes[topic] = filled
+        return chosen
+
+    def runs(
+        self, batch: pa.RecordBatch, columns: Columns, topic: str | None
+    ) -> dict[Target, list[WireRecord]]:
+        """The batch's rows as records grouped by topic and partition, in order within each."""
+        n = batch.num_rows
+        now = int(time.time() * 1000)
+        values = _binary(batch, "value")
+        keys = _binary(batch, "key") if columns.key else [None] * n
+        if columns.headers:
+            headers = [
+                [] if h is None else [(x["key"], x["value"]) for x in h]
+                for h in batch.column("headers").to_pylist()
+            ]
+        else:
+            headers = [[]] * n  # never changed: the batch builder only reads a record's headers
+        records = list(zip(keys, values, headers, itertools.repeat(now, n), strict=True))
+        if topic is not None and not columns.key and not columns.partition:
+            return self._sticky_runs(topic, records, batch.column("value"))
+        topics = [topic] * n if topic is not None else batch.column("topic").to_pylist()
+        partitions = batch.column("partition").to_pylist() if columns.partition else [None] * n
+        runs: dict[Target, list[WireRecord]] = {}
+        for record, row_topic, partition in zip(records, topics, partitions, strict=True):
+            if row_topic is None:
+                raise RecordWriteError("a row has a null topic; set the 'topic' option or fill the column")
+            if partition is None:
+                key = record[0]
+                if key is None:
+                    partition = self.sticky_partition(row_topic, len(record[1] or b""))
+                else:
+                    partition = partition_for_key(key, self.partitions(row_topic))
+            runs.setdefault((row_topic, partition), []).append(record)
+        return runs
+
+    def _sticky_runs(
+        self, topic: str, records: list[WireRecord], values: pa.Array
+    ) -> dict[Target, list[WireRecord]]:
+        """Null-key records of one topic: a run of about a batch's bytes to each sticky partition in turn."""
+        total = pc.sum(pc.binary_length(values)).as_py() or 0
+        per_run = max(1, self.batch_size * len(records) // max(1, total))
+        runs: dict[Target, list[WireRecord]] = {}
+        for start in range(0, len(records), per_run):
+            run = records[start : start + per_run]
+            target = (topic, self.sticky_partition(topic, total * len(run) // len(records)))
+            runs.setdefault(target, []).extend(run)
+        return runs
+
+
 def produce_rows(settings: WriteSettings, columns: Columns, batches: Iterator[pa.RecordBatch]) -> int:
-    """Produce every row; returns how many, once all are acknowledged. Raises RecordWriteError."""
-    failures: list[BaseException] = []
+    """Produce every row; returns how many, once all are acknowledged. Raises RecordWriteError.
 
-    def on_done(_metadata: object, error: BaseException | None) -> None:
-        if error is not None and not failures:
-            failures.append(error)
-
+    Each Arrow batch's rows are grouped by topic and partition (in order within each) and queued with the
+    client's bulk path (`send_many`), a run of records at a time: queueing them one by one (`send`) took
+    most of a task's time."""
     try:
         producer = Producer(dict(settings.client))
     except KafkaClientError as error:
         raise OptionError(f"option 'kafka.*': {error}") from None
     written = 0
+    outcomes: list[Any] = []
     try:
-        send = producer.send
+        routing = Routing(producer, int(producer.config["batch.size"]))
         for batch in batches:
-            n = batch.num_rows
-            values = _binary(batch, "value")
-            keys = _binary(batch, "key") if columns.key else [None] * n
-            topics = [settings.topic] * n if settings.topic else batch.column("topic").to_pylist()
-            partitions = batch.column("partition").to_pylist() if columns.partition else [None] * n
-            if columns.headers:
-                headers = [
-                    None if h is None else [(x["key"], x["value"]) for x in h]
-                    for h in batch.column("headers").to_pylist()
-                ]
-            else:
-                headers = [None] * n
-            for topic, value, key, header, partition in zip(
-                topics, values, keys, headers, partitions, strict=True
-            ):
-                if topic is None:
-                    raise RecordWriteError(
-                        "a row has a null topic; set the 'topic' option or fill the column"
-                    )
-                send(topic, value, key, header, partition, None, on_done)
-            written += n
-            if failures:
-                break
+            for (topic, partition), records in routing.runs(batch, columns, settings.topic).items():
+                queued = producer.send_many(topic, partition, records)
+                if queued and isinstance(queued[-1][1], BaseException):
+                    raise RecordWriteError(f"writing a record failed: {queued[-1][1]!r}") from queued[-1][1]
+                outcomes += [outcome for _, outcome in queued]
+            written += batch.num_rows
         producer.flush()
-    except (KafkaClientError, KafkaError) as error:
+        for outcome in outcomes:
+            error = outcome.exception()
+            if error is not None:
+                raise RecordWriteError(f"writing a record failed: {error!r}") from error
+    except (KafkaClientError, KafkaError, ValueError) as error:
         raise RecordWriteError(f"writing a record failed: {error}") from error
     finally:
         producer.close()
-    if failures:
-        raise RecordWriteError(f"writing a record failed: {failures[0]!r}") from failures[0]
     return written
 
 

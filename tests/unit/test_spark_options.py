@@ -58,6 +58,13 @@ def test_the_sink_always_writes_with_acks_all_and_idempotence():
     assert (settings.client["acks"], settings.client["enable.idempotence"]) == ("all", "true")
 
 
+def test_the_sink_writes_256_kib_batches_unless_told_otherwise():
+    assert WriteSettings.parse({**BOOT, "topic": "t"}).client["batch.size"] == 262_144
+    assert (
+        WriteSettings.parse({**BOOT, "topic": "t", "kafka.batch.size": "1000"}).client["batch.size"] == "1000"
+    )
+
+
 def test_min_partitions_splits_in_proportion_and_max_records_caps_each():
     ranges = [OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 100, 200), OffsetRange("t", 2, 5, 5)]
     split = split_ranges(ranges, 5, None)
