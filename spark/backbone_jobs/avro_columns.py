@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 
 from backbone.tracking.serde import RegistryClient, UndecodableError, schema_id_of
+from backbone_jobs.avro_blocks import Unsupported, framed_body, read_block, table_sizes
 
 # The Kafka columns kept beside the event's own, and the two the quarantine needs.
 META = [
@@ -77,9 +79,11 @@ def output_schema(reader_schema: dict[str, Any]) -> pa.Schema:
 class BatchDecoder:
     """Decodes the value column of Arrow batches from the data source (built on each Spark worker).
 
-    Only the values become Python objects: the event's fields are decoded record by record (fastavro)
-    and turned into columns at once per batch, while partition, offset and timestamp pass through as the
-    Arrow columns they came in. A writer schema equal to the reader schema is read without resolution."""
+    A batch whose values all carry one schema id equal to the reader schema is decoded at once into
+    columns (`avro_blocks`: one Avro block, every record's size checked). Any other batch (several ids, a
+    writer schema to resolve, bytes that do not decode) is decoded record by record with fastavro, which
+    quarantines each bad record with its reason. Partition, offset and timestamp pass through as the
+    Arrow columns they came in."""
 
     def __init__(self, registry_url: str, reader_schema: dict[str, Any]) -> None:
         self.registry_url = registry_url
@@ -89,18 +93,23 @@ class BatchDecoder:
         self.registry: RegistryClient | None = None  # made where the decoding runs: it is not picklable
         self.reader: Any = None
         self.writers: dict[int, tuple[Any, Any]] = {}  # schema id -> (writer, reader or None)
+        self.unsupported: set[int] = set()  # schema ids the block path cannot check: record by record
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "registry": None, "reader": None, "writers": {}}
+        return {**self.__dict__, "registry": None, "reader": None, "writers": {}, "unsupported": set()}
 
     def _schemas(self, schema_id: int) -> tuple[Any, Any]:
         found = self.writers.get(schema_id)
         if found is None:
             assert self.registry is not None
             writer = self.registry.schema(schema_id)
-            same = fastavro.parse_schema(writer, _write_hint=False) == fastavro.parse_schema(
-                self.reader_schema, _write_hint=False
+            # The registry's schemas come parsed, with fastavro's bookkeeping keys beside the schema's own.
+            plain = (
+                {k: v for k, v in writer.items() if not k.startswith("__")}
+                if isinstance(writer, dict)
+                else writer
             )
+            same = plain == fastavro.parse_schema(self.reader_schema, _write_hint=False)
             found = self.writers[schema_id] = (writer, None if same else self.reader)
         return found
 
@@ -125,12 +134,60 @@ class BatchDecoder:
             )
         return schema_id, record, None
 
+    def decode_block(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The batch decoded at once, or None when it must be decoded record by record."""
+        framed = framed_body(batch.column("value"))
+        if framed is None:
+            return None
+        schema_id, body, lengths = framed
+        try:
+            _, reader = self._schemas(schema_id)
+        except UndecodableError:
+            return None
+        if reader is not None or schema_id in self.unsupported:
+            return None
+        try:
+            table = read_block(self.reader_schema, len(lengths), body)  # the writer's, too
+            if table.num_rows != len(lengths):
+                return None
+            if not (table_sizes(self.reader, table) == lengths).all():
+                return None  # some record did not end where its value ends
+            event = table.cast(self.event_schema).combine_chunks()
+        except Unsupported:
+            self.unsupported.add(schema_id)
+            return None
+        except Exception:  # foreign bytes: decoded one by one, which names each bad record
+            return None
+        n = len(lengths)
+        return pa.RecordBatch.from_arrays(
+            [event.column(i).chunk(0) for i in range(event.num_columns)]
+            + self._meta(batch, pa.array(np.full(n, schema_id), pa.int32()), None, None),
+            schema=self.schema,
+        )
+
+    def _meta(
+        self, batch: pa.RecordBatch, ids: pa.Array, errors: list[str | None] | None, raw: pa.Array | None
+    ) -> list[pa.Array]:
+        n = batch.num_rows
+        return [
+            batch.column("partition").cast(pa.int32()),
+            batch.column("offset").cast(pa.int64()),
+            batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+            ids,
+            pa.array(errors, pa.string()) if errors else pa.nulls(n, pa.string()),
+            raw if raw is not None else pa.nulls(n, pa.binary()),
+        ]
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.registry is None:
             self.registry = RegistryClient(self.registry_url)
             self.reader = fastavro.parse_schema(self.reader_schema)
         decode = self.decode_one
         for batch in batches:
+            decoded = self.decode_block(batch)
+            if decoded is not None:
+                yield decoded
+                continue
             values = batch.column("value").to_pylist()
             records: list[dict[str, Any]] = []
             ids: list[int | None] = []
@@ -143,18 +200,10 @@ class BatchDecoder:
                 errors.append(error)
                 failed = failed or error is not None
             event = pa.RecordBatch.from_pylist(records, schema=self.event_schema)
-            n = len(values)
             raw = (
                 pa.array([v if e else None for v, e in zip(values, errors, strict=True)], pa.binary())
                 if failed
-                else pa.nulls(n, pa.binary())
+                else None
             )
-            meta = [
-                batch.column("partition").cast(pa.int32()),
-                batch.column("offset").cast(pa.int64()),
-                batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
-                pa.array(ids, pa.int32()),
-                pa.array(errors, pa.string()) if failed else pa.nulls(n, pa.string()),
-                raw,
-            ]
+            meta = self._meta(batch, pa.array(ids, pa.int32()), errors if failed else None, raw)
             yield pa.RecordBatch.from_arrays(event.columns + meta, schema=self.schema)
