@@ -33,7 +33,8 @@ import pyarrow as pa
 from backbone.client import Consumer, TopicPartition
 from backbone.tracking.serde import RegistryClient
 from backbone_jobs import completeness
-from backbone_jobs.avro_columns import DECODER_INPUT, BatchDecoder, output_schema
+from backbone_jobs.avro_columns import DECODER_INPUT, BatchDecoder
+from backbone_jobs.task_write import TEMPORARY, ReadDecodeWrite, reachable
 from backbone_jobs.warehouse import QUARANTINE, STAGING, Files, Manifests, run_name
 from backbone_spark.options import ReadSettings
 from backbone_spark.planning import OffsetRange, Planner
@@ -55,6 +56,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--time-field", default="header.time", help="the event-time field (default header.time)"
     )
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
+    parser.add_argument(
+        "--writer",
+        choices=("auto", "pyarrow", "spark"),
+        default="auto",
+        help="who writes the Parquet files: each task with pyarrow, or Spark through Hadoop's file system "
+        "layer; auto (the default): pyarrow where it can reach the warehouse (file://, s3://, gs://, ...)",
+    )
     parser.add_argument("--audit-topic", default="__audit")
     parser.add_argument(
         "--audit-bucket-ms", type=int, default=600_000, help="as the producers' audit.bucket.ms"
@@ -152,9 +160,6 @@ def load_topic(
     spark: Any, args: argparse.Namespace, topic: str, ranges: dict[str, list[int]], staging: str
 ) -> dict:
     """Decode and stage one topic's ranges; return its counts (by hour, audit buckets, quarantined)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     reader_schema = json.loads(RegistryClient(args.schema_registry).latest(f"{topic}-value"))
     decoder = BatchDecoder(args.schema_registry, reader_schema)
     settings = ReadSettings.parse(
@@ -170,10 +175,70 @@ def load_topic(
     with Planner(settings) as planner:
         planned = planner.batch_ranges()
     # One task per offset range, each reading and decoding in the same Python worker: the records cross
-    # from Python to the JVM once, as decoded columns (through the `backbone` data source's
+    # from Python to the JVM at most once, as decoded columns (through the `backbone` data source's
     # spark.read they would cross twice: raw values out of its reader, then into mapInArrow and back).
     tasks = spark.range(0, len(planned), 1, len(planned))
-    schema = from_arrow_schema(output_schema(reader_schema))
+    if args.writer == "pyarrow" or (args.writer == "auto" and reachable(args.warehouse)):
+        write = _write_in_tasks
+    else:
+        write = _write_with_spark
+    hours, buckets, quarantined = write(args, tasks, topic, settings, planned, decoder, staging)
+    audit = [
+        {"topic": topic, "bucket_start_ms": start, "bucket_ms": args.audit_bucket_ms, "count": count}
+        for start, count in sorted(buckets.items())
+    ]
+    return {"hours": hours, "audit": audit, "quarantined": quarantined}
+
+
+Counts = tuple[dict[str, int], dict[int, int], int]  # by hour, by audit bucket start, quarantined
+
+
+def _write_in_tasks(
+    args: argparse.Namespace,
+    tasks: Any,
+    topic: str,
+    settings: ReadSettings,
+    planned: list[OffsetRange],
+    decoder: BatchDecoder,
+    staging: str,
+) -> Counts:
+    """Each task writes its own files with pyarrow (task_write.py); the driver moves the files of the
+    attempts Spark returned into the staging layout."""
+    write = ReadDecodeWrite(
+        settings, planned, decoder, staging, topic, QUARANTINE, args.time_field, args.audit_bucket_ms
+    )
+    results = tasks.mapInArrow(write, "kind string, name string, count long").collect()
+    files = Files(tasks.sparkSession, staging)
+    hours: dict[str, int] = {}
+    buckets: dict[int, int] = {}
+    quarantined = 0
+    for kind, name, count in results:
+        if kind == "file":
+            files.rename(name, name.split("/", 2)[2])  # out of _temporary/<attempt>/
+        elif kind == "hour":
+            hours[name] = hours.get(name, 0) + count
+        elif kind == "bucket":
+            buckets[int(name)] = buckets.get(int(name), 0) + count
+        else:
+            quarantined += count
+    files.delete(TEMPORARY)  # what failed attempts left
+    return hours, buckets, quarantined
+
+
+def _write_with_spark(
+    args: argparse.Namespace,
+    tasks: Any,
+    topic: str,
+    settings: ReadSettings,
+    planned: list[OffsetRange],
+    decoder: BatchDecoder,
+    staging: str,
+) -> Counts:
+    """The decoded columns handed to the JVM, which writes them through Hadoop's file system layer."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = from_arrow_schema(decoder.schema)
     decoded = tasks.mapInArrow(ReadAndDecode(settings, planned, decoder), schema).persist()
     try:
         event_time = F.col(args.time_field)
@@ -197,16 +262,7 @@ def load_topic(
         buckets = good.groupBy(bucket.alias("b")).count().collect()
     finally:
         decoded.unpersist()
-    audit = [
-        {
-            "topic": topic,
-            "bucket_start_ms": int(r["b"]),
-            "bucket_ms": args.audit_bucket_ms,
-            "count": r["count"],
-        }
-        for r in sorted(buckets, key=lambda r: r["b"])
-    ]
-    return {"hours": hours, "audit": audit, "quarantined": quarantined}
+    return hours, {int(r["b"]): r["count"] for r in buckets}, quarantined
 
 
 def finish(

@@ -36,6 +36,7 @@ from hourly_load_support import (
 from backbone.client import Admin, Consumer, TopicPartition
 from backbone.client.audit.reading import read_audit_counts
 from backbone.dev import topology
+from backbone_jobs.task_write import FAIL_FIRST_ATTEMPT
 from tests.helpers.waiting import wait_until
 from tests.helpers.warehouse import partition_offsets
 
@@ -60,8 +61,11 @@ def etl_counts(bootstrap: str) -> dict[tuple[str, int], int]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("frozen_at", ["run-000001.json", "run-000001.published"])
-def test_run_killed_after_its_commit_is_finished_by_the_next(backbone, tmp_path, frozen_at):
+@pytest.mark.parametrize(
+    ("frozen_at", "writer"),
+    [("run-000001.json", "pyarrow"), ("run-000001.published", "spark")],  # each writer once
+)
+def test_run_killed_after_its_commit_is_finished_by_the_next(backbone, tmp_path, frozen_at, writer):
     aggregate = backbone["clusters"]["aggregate"]["bootstrap"]
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
@@ -75,7 +79,7 @@ def test_run_killed_after_its_commit_is_finished_by_the_next(backbone, tmp_path,
     # once its files were moved. The whole process group (driver and JVM) is frozen the moment it appears,
     # checked, then killed.
     point = warehouse.joinpath(*MANIFESTS, frozen_at)
-    crashing = load(backbone, warehouse)
+    crashing = load(backbone, warehouse, "--writer", writer)
     try:
         wait_until(lambda: point.exists() or crashing.poll() is not None, 600, 0.001, f"{point.name}")
         os.killpg(crashing.pid, signal.SIGSTOP)
@@ -88,7 +92,7 @@ def test_run_killed_after_its_commit_is_finished_by_the_next(backbone, tmp_path,
     assert etl_counts(aggregate) == {}, "killed before its counts were published"
     assert not markers(warehouse)
 
-    output = finished(load(backbone, warehouse), warehouse)
+    output = finished(load(backbone, warehouse, "--writer", writer), warehouse)
     assert "finishing committed run 1" in output and "no new records; nothing committed" in output
     assert loaded(warehouse) == expected  # every event once: nothing lost, nothing moved twice
     assert not list((warehouse / "_etl" / "staging").rglob("*.parquet"))
@@ -102,6 +106,25 @@ def test_run_killed_after_its_commit_is_finished_by_the_next(backbone, tmp_path,
     for key, marker in hours.items():
         assert marker["loaded"] == marker["expected"] == marker["tiers"]["producer"] > 0, key
     assert sum(m["loaded"] for m in hours.values()) == len(expected)
+
+
+@pytest.mark.timeout(900)
+def test_files_of_a_failed_task_attempt_are_not_loaded(backbone, tmp_path):
+    aggregate = backbone["clusters"]["aggregate"]["bootstrap"]
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    first_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 2 * HOUR
+    generate(backbone, "aggregate", tmp_path / "acked.jsonl", at(first_hour, 30), 300, 2, 1800)
+    expected = acked_events(tmp_path / "acked.jsonl")
+    wait_mirrored(aggregate, expected)
+    # local[2,2]: a failed task is tried once more. Every first attempt writes its files, then fails.
+    running = load(backbone, warehouse, "--master", "local[2,2]", **{FAIL_FIRST_ATTEMPT: "1"})
+    output = finished(running, warehouse)
+    assert FAIL_FIRST_ATTEMPT in output  # the first attempts did fail
+    assert loaded(warehouse) == expected  # and each event is loaded once, from the second attempts
+    assert not (warehouse / "_etl" / "staging").exists() or not list(
+        (warehouse / "_etl" / "staging").rglob("*")
+    )
 
 
 @pytest.mark.timeout(900)
