@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("auto", "pyarrow", "spark"),
         default="auto",
         help="who writes the Parquet files: each task with pyarrow, or Spark through Hadoop's file system "
-        "layer; auto (the default): pyarrow where it can reach the warehouse (file://, s3://, gs://, ...)",
+        "layer; auto (the default): pyarrow where it has a file system for the warehouse URI (file://, ...)",
     )
     parser.add_argument("--audit-topic", default="__audit")
     parser.add_argument(
