@@ -1,4 +1,4 @@
-"""Many Avro values of one schema decoded at once into Arrow columns, each record's size checked.
+"""Many Avro values of one schema decoded at once into Arrow columns, each record's bounds checked first.
 
 fastavro decodes a record at a time into a Python dict: about 45,000 page views a second on one core here,
 the hourly load's slowest part. Values that share a writer schema (the usual case: one schema id per
@@ -6,12 +6,13 @@ batch) are instead cut out of their Confluent framing (magic byte and schema id:
 as the one block of an Avro object container file, and read by `polars_avro` (arrow-avro, compiled) into
 columns with no Python object per record.
 
-A block has no record boundaries, so a value with bytes left over followed by one short of as many would
-read as two wrong records without any error. After the read, each record's encoded size is computed from
-its decoded columns (Avro's binary encoding is a function of the values: zig-zag varints, length-prefixed
-bytes, one branch index per union) and compared with its value's length: only when every record used
-exactly its own bytes is the block's result taken. Otherwise (or for a type the size rule does not cover,
-or when the read fails) the caller decodes record by record, which names each bad record.
+A block has no record boundaries, so the values are checked first: every record is walked from its own
+value's start through its schema's fields at once (numpy, a field at a time: varints, lengths, union
+branches, enum symbols, array blocks), and only when each ends exactly at its value's end is the block
+read. Otherwise a value with bytes left over followed by one short of as many would read as two wrong
+records without any error, and bytes left over at the end of the block make `polars_avro` 0.13 loop
+forever (seen here). A batch that fails the walk, or whose read fails, is decoded record by record by the
+caller, which names each bad record.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 FRAMING = 5  # Confluent's wire format: magic byte 0, then the schema id (4 bytes, big-endian)
 _SYNC = os.urandom(16)
@@ -72,83 +72,119 @@ def read_block(schema: dict[str, Any], count: int, body: bytes) -> pa.Table:
     import polars_avro  # the decoding workers' import, not every user of this package's
 
     data = _container_header(schema) + _zigzag_varint(count) + _zigzag_varint(len(body)) + body + _SYNC
-    return polars_avro.read_avro(io.BytesIO(data)).to_arrow()
+    try:
+        return polars_avro.read_avro(io.BytesIO(data)).to_arrow()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # a Rust panic comes as pyo3's PanicException, a BaseException
+        raise ValueError(f"the block did not read: {error!r}") from error
 
 
-# -- each record's encoded size, from its decoded columns ------------------------------------------
+# -- where each record ends: every record walked at once, field by field -----------------------------
 
-_FIXED_SIZES = {"null": 0, "boolean": 1, "float": 4, "double": 8}
-_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)
+_PRIMITIVE_SIZES = {"null": 0, "boolean": 1, "float": 4, "double": 8}
+_VARINT_BYTES = np.arange(10)
+_VARINT_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 
 
 class Unsupported(Exception):
-    """A type the size rule does not cover: such schemas are decoded record by record."""
+    """A schema the walk does not know (a named type it has not seen): decoded record by record."""
 
 
-def _varint_sizes(numbers: np.ndarray) -> np.ndarray:
-    """Bytes of each int64's zig-zag varint."""
-    n = numbers.astype(np.int64)
-    zigzag = ((n << 1) ^ (n >> 63)).astype(np.uint64)
-    return 1 + (zigzag[:, None] >= _VARINT_LIMITS).sum(axis=1)
+class _Walk:
+    """The positions of many records in `data`, advanced through the schema's fields all at once. A record
+    whose bytes run out, or hold what its schema forbids (a union branch or enum symbol that is not
+    there, a negative length), is marked bad and left where it stopped."""
+
+    def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.data = np.concatenate([data, np.zeros(len(_VARINT_BYTES), np.uint8)])  # room to read past
+        self.at = starts.astype(np.int64)
+        self.ends = ends.astype(np.int64)
+        self.ok = np.ones(len(starts), bool)
+        self.named: dict[str, Any] = {}
+
+    def _advance(self, rows: np.ndarray, by: np.ndarray | int) -> None:
+        moved = self.at[rows] + by
+        self.ok[rows] &= moved <= self.ends[rows]
+        self.at[rows] = np.minimum(moved, self.ends[rows])
+
+    def varint(self, rows: np.ndarray) -> np.ndarray:
+        """Read one zig-zag varint at each of `rows`' positions."""
+        self.ok[rows] &= self.at[rows] < self.ends[rows]
+        window = self.data[self.at[rows][:, None] + _VARINT_BYTES]
+        last = window < 0x80
+        self.ok[rows] &= last.any(axis=1)
+        size = np.argmax(last, axis=1) + 1
+        low = np.where(size[:, None] > _VARINT_BYTES, (window & 0x7F).astype(np.uint64), 0)
+        raw = np.bitwise_or.reduce(low << _VARINT_SHIFTS, axis=1)
+        self._advance(rows, size)
+        return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+
+    def skip(self, schema: Any, rows: np.ndarray) -> None:
+        """Move `rows` past one value of `schema` (parsed) each."""
+        rows = rows[self.ok[rows]]
+        if not len(rows):
+            return
+        if isinstance(schema, list):
+            branch = self.varint(rows)
+            self.ok[rows] &= (branch >= 0) & (branch < len(schema))
+            for index, choice in enumerate(schema):
+                self.skip(choice, rows[branch == index])
+            return
+        kind = schema if isinstance(schema, str) else schema["type"]
+        if isinstance(kind, (dict, list)):
+            self.skip(kind, rows)
+        elif kind in _PRIMITIVE_SIZES:
+            self._advance(rows, _PRIMITIVE_SIZES[kind])
+        elif kind in ("int", "long"):
+            self.varint(rows)
+        elif kind in ("string", "bytes"):
+            length = self.varint(rows)
+            self.ok[rows] &= length >= 0
+            self._advance(rows, np.maximum(length, 0))
+        elif kind == "fixed":
+            self.named[schema["name"]] = schema
+            self._advance(rows, schema["size"])
+        elif kind == "enum":
+            self.named[schema["name"]] = schema
+            symbol = self.varint(rows)
+            self.ok[rows] &= (symbol >= 0) & (symbol < len(schema["symbols"]))
+        elif kind == "record":
+            self.named[schema["name"]] = schema
+            for field in schema["fields"]:
+                self.skip(field["type"], rows)
+        elif kind in ("array", "map"):
+            self._blocks(schema, rows)
+        elif kind in self.named:
+            self.skip(self.named[kind], rows)
+        else:
+            raise Unsupported(f"type {kind}")
+
+    def _blocks(self, schema: Any, rows: np.ndarray) -> None:
+        """An array's or a map's blocks: a count (negative: then a byte size), the items; 0 ends."""
+        while len(rows := rows[self.ok[rows]]):
+            count = self.varint(rows)
+            sized = count < 0
+            if sized.any():
+                self.varint(rows[sized])
+            count = np.abs(count)
+            # Every item takes a byte at least (but null ones): more items than bytes left is not a record.
+            self.ok[rows] &= count <= self.ends[rows] - self.at[rows]
+            count = np.where(self.ok[rows], count, 0)
+            for item in range(int(count.max(initial=0))):
+                taking = rows[count > item]
+                if schema["type"] == "map":
+                    self.skip("string", taking)
+                    self.skip(schema["values"], taking)
+                else:
+                    self.skip(schema["items"], taking)
+            rows = rows[count != 0]
 
 
-def _length_prefixed(lengths: np.ndarray) -> np.ndarray:
-    return _varint_sizes(lengths) + lengths
-
-
-def _ints(array: pa.Array) -> np.ndarray:
-    if pa.types.is_timestamp(array.type) or pa.types.is_date(array.type):
-        array = array.cast(pa.int64() if pa.types.is_timestamp(array.type) else pa.int32())
-    return array.fill_null(0).to_numpy(zero_copy_only=False)
-
-
-def encoded_sizes(schema: Any, array: pa.Array) -> np.ndarray:
-    """Bytes each value of `array` takes in Avro's binary encoding of `schema` (a parsed schema)."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if isinstance(schema, list):
-        branches = [s for s in schema if s != "null"]
-        if len(schema) != 2 or len(branches) != 1:
-            raise Unsupported(f"union {schema}")
-        present = array.is_valid().to_numpy(zero_copy_only=False)
-        return 1 + np.where(present, encoded_sizes(branches[0], array), 0)
-    kind = schema if isinstance(schema, str) else schema["type"]
-    if isinstance(kind, (dict, list)):
-        return encoded_sizes(kind, array)
-    if kind in _FIXED_SIZES:
-        return np.full(len(array), _FIXED_SIZES[kind], np.int64)
-    if kind in ("int", "long"):
-        return _varint_sizes(_ints(array))
-    if kind in ("string", "bytes"):
-        return _length_prefixed(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False))
-    if kind == "fixed":
-        return np.full(len(array), schema["size"], np.int64)
-    if kind == "enum":
-        if pa.types.is_dictionary(array.type):
-            array = array.dictionary_decode()
-        index = pc.index_in(array, value_set=pa.array(schema["symbols"], array.type))
-        return _varint_sizes(index.fill_null(0).to_numpy(zero_copy_only=False))
-    if kind == "record":
-        sizes = np.zeros(len(array), np.int64)
-        for position, field in enumerate(schema["fields"]):
-            sizes += encoded_sizes(field["type"], array.field(position))
-        return sizes
-    if kind == "array":
-        # One block (its count, then the items) when not empty, and the count 0 that ends the array.
-        counts = np.diff(array.offsets.to_numpy()).astype(np.int64)
-        item_sizes = encoded_sizes(schema["items"], array.flatten())
-        totals = np.zeros(len(array), np.int64)
-        nonempty = counts > 0
-        starts = array.offsets.to_numpy()[:-1][nonempty] - array.offsets[0].as_py()
-        if len(starts):
-            totals[nonempty] = np.add.reduceat(item_sizes, starts)
-        return np.where(nonempty, _varint_sizes(counts) + totals, 0) + 1
-    raise Unsupported(f"type {kind}")
-
-
-def table_sizes(schema: dict[str, Any], table: pa.Table) -> np.ndarray:
-    """Each row's encoded size under the record schema `schema` (parsed)."""
-    sizes = np.zeros(table.num_rows, np.int64)
-    for field in schema["fields"]:
-        sizes += encoded_sizes(field["type"], table.column(field["name"]))
-    return sizes
+def records_fill_their_values(schema: Any, body: bytes, lengths: np.ndarray) -> bool:
+    """Whether each record of `schema` (parsed), read from its own value's start in `body`, ends exactly
+    at its value's end: then the values read as one block are those records and nothing else."""
+    ends = np.cumsum(lengths)
+    walk = _Walk(np.frombuffer(body, np.uint8), ends - lengths, ends)
+    walk.skip(schema, np.arange(len(lengths)))
+    return bool(walk.ok.all() and (walk.at == walk.ends).all())

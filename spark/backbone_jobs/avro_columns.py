@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from backbone.tracking.serde import RegistryClient, UndecodableError, schema_id_of
-from backbone_jobs.avro_blocks import Unsupported, framed_body, read_block, table_sizes
+from backbone_jobs.avro_blocks import Unsupported, framed_body, read_block, records_fill_their_values
 
 # The Kafka columns kept beside the event's own, and the two the quarantine needs.
 META = [
@@ -80,10 +80,10 @@ class BatchDecoder:
     """Decodes the value column of Arrow batches from the data source (built on each Spark worker).
 
     A batch whose values all carry one schema id equal to the reader schema is decoded at once into
-    columns (`avro_blocks`: one Avro block, every record's size checked). Any other batch (several ids, a
-    writer schema to resolve, bytes that do not decode) is decoded record by record with fastavro, which
-    quarantines each bad record with its reason. Partition, offset and timestamp pass through as the
-    Arrow columns they came in."""
+    columns (`avro_blocks`: one Avro block, every record's bounds checked first). Any other batch
+    (several ids, a writer schema to resolve, bytes that do not decode) is decoded record by record with
+    fastavro, which quarantines each bad record with its reason. Partition, offset and timestamp pass
+    through as the Arrow columns they came in."""
 
     def __init__(self, registry_url: str, reader_schema: dict[str, Any]) -> None:
         self.registry_url = registry_url
@@ -147,11 +147,11 @@ class BatchDecoder:
         if reader is not None or schema_id in self.unsupported:
             return None
         try:
+            if not records_fill_their_values(self.reader, body, lengths):
+                return None  # some record does not end where its value ends
             table = read_block(self.reader_schema, len(lengths), body)  # the writer's, too
             if table.num_rows != len(lengths):
                 return None
-            if not (table_sizes(self.reader, table) == lengths).all():
-                return None  # some record did not end where its value ends
             event = table.cast(self.event_schema).combine_chunks()
         except Unsupported:
             self.unsupported.add(schema_id)

@@ -145,3 +145,16 @@ def test_values_whose_bytes_read_right_only_end_to_end_are_quarantined(broker, t
     assert "3 bytes left over" in errors[10]
     assert out.column("raw").to_pylist()[10:12] == values[10:12]
     assert out.column("header").to_pylist()[12]["event_id"] == "dc1-12"
+
+
+@pytest.mark.timeout(120)
+def test_bytes_left_over_at_the_end_of_a_batch_are_quarantined(broker, tmp_path):
+    # Read as one block, such bytes made the block reader loop forever: the walk refuses them first.
+    with running_registry(tmp_path, broker.bootstrap) as url:
+        encoder = AvroEncoder(RegistryClient(url), "page_views-value", schemas.PAGE_VIEW)
+        values = [encoder.encode(tracking_event("page_views", i)) for i in range(20)]
+        values[-1] += b"\x00\x02"
+        (out,) = list(BatchDecoder(url, schemas.PAGE_VIEW)(iter([batch_of(values)])))
+    errors = out.column("error").to_pylist()
+    assert [i for i, error in enumerate(errors) if error] == [19]
+    assert "2 bytes left over" in errors[19]
