@@ -110,15 +110,22 @@ class _Walk:
 
     def varint(self, rows: np.ndarray) -> np.ndarray:
         """Read one zig-zag varint at each of `rows`' positions."""
-        self.ok[rows] &= self.at[rows] < self.ends[rows]
-        window = self.data[self.at[rows][:, None] + _VARINT_BYTES]
-        last = window < 0x80
-        self.ok[rows] &= last.any(axis=1)
-        size = np.argmax(last, axis=1) + 1
-        low = np.where(size[:, None] > _VARINT_BYTES, (window & 0x7F).astype(np.uint64), 0)
-        raw = np.bitwise_or.reduce(low << _VARINT_SHIFTS, axis=1)
+        at = self.at[rows]
+        first = self.data[at].astype(np.int64)
+        second = self.data[at + 1].astype(np.int64)
+        raw = np.where(first < 0x80, first, (first & 0x7F) | (second << 7))
+        size = np.where(first < 0x80, 1, 2)
+        longer = (first >= 0x80) & (second >= 0x80)  # three bytes or more: the general reading, for those
+        if longer.any():
+            window = self.data[at[longer][:, None] + _VARINT_BYTES]
+            last = window < 0x80
+            self.ok[rows[longer]] &= last.any(axis=1)
+            size[longer] = np.argmax(last, axis=1) + 1
+            low = np.where(size[longer][:, None] > _VARINT_BYTES, (window & 0x7F).astype(np.uint64), 0)
+            raw[longer] = np.bitwise_or.reduce(low << _VARINT_SHIFTS, axis=1).view(np.int64)
+        self.ok[rows] &= at < self.ends[rows]
         self._advance(rows, size)
-        return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+        return (raw >> 1 & 0x7FFF_FFFF_FFFF_FFFF) ^ -(raw & 1)
 
     def skip(self, schema: Any, rows: np.ndarray) -> None:
         """Move `rows` past one value of `schema` (parsed) each."""
