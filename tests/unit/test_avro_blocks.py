@@ -163,3 +163,44 @@ def test_a_slice_of_values_is_cut_at_its_own_offsets():
 )
 def test_values_not_all_framed_with_one_schema_id_are_refused(values):
     assert framed_body(pa.array(values, pa.binary())) is None
+
+
+def test_the_walk_accepts_only_values_that_are_each_exactly_one_record():
+    """Damaged batches (bytes changed, cut or added): whenever the walk accepts a batch, fastavro reads
+    every value as one whole record (or finds text that is not UTF-8, which the block's read refuses as
+    well); the walk refuses the rest, and never hangs or raises."""
+    rng = random.Random(11)
+    parsed = fastavro.parse_schema(SCHEMA)
+    good = framed(5, [record(rng) for _ in range(30)], SCHEMA)
+    accepted = refused = 0
+    for _ in range(150):
+        values = list(good)
+        for _ in range(rng.randrange(1, 4)):
+            i = rng.randrange(len(values))
+            value = bytearray(values[i])
+            where = rng.randrange(5, len(value))
+            kind = rng.randrange(3)
+            if kind == 0:
+                value[where] = rng.randrange(256)
+            elif kind == 1:
+                del value[where : where + rng.randrange(1, 4)]
+            else:
+                value[where:where] = rng.randbytes(rng.randrange(1, 4))
+            values[i] = bytes(value)
+        _, body, lengths = framed_body(pa.array(values, pa.binary()))
+        if records_fill_their_values(parsed, body, lengths):
+            accepted += 1
+            for value in values:
+                stream = io.BytesIO(value[5:])
+                try:
+                    fastavro.schemaless_reader(stream, parsed, None)
+                except UnicodeDecodeError:
+                    # Bounds right, text not UTF-8: the block's read refuses the batch too (which is then
+                    # decoded record by record).
+                    with pytest.raises(ValueError):
+                        read_block(SCHEMA, len(values), body)
+                    break
+                assert stream.tell() == len(value) - 5
+        else:
+            refused += 1
+    assert refused > 50 and accepted > 5  # both verdicts were exercised
