@@ -18,6 +18,7 @@ import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -85,30 +86,20 @@ class HourFiles:
         return {f"{self.attempt}/{relative}": rows for relative, rows in self.rows.items()}
 
 
+@dataclass(frozen=True)
 class ReadDecodeWrite:
     """`mapInArrow`'s function over task numbers: read, decode and write one offset range in one worker;
     yields RESULT rows: ("file", path, rows), ("hour", "YYYY-MM-DD/HH", n), ("bucket", start ms, n) and
     ("quarantined", "", n)."""
 
-    def __init__(
-        self,
-        settings: ReadSettings,
-        ranges: list[OffsetRange],
-        decoder: BatchDecoder,
-        staging: str,
-        topic: str,
-        quarantine: str,
-        time_field: str,
-        bucket_ms: int,
-    ) -> None:
-        self.settings = settings
-        self.ranges = ranges
-        self.decoder = decoder
-        self.staging = staging
-        self.topic = topic
-        self.quarantine = quarantine
-        self.time_field = time_field
-        self.bucket_ms = bucket_ms
+    settings: ReadSettings
+    ranges: list[OffsetRange]
+    decoder: BatchDecoder
+    staging: str
+    topic: str
+    quarantine: str
+    time_field: str
+    bucket_ms: int
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
