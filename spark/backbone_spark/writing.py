@@ -9,6 +9,7 @@ record's error if any record could not be written.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -180,7 +181,20 @@ def produce_rows(settings: WriteSettings, columns: Columns, batches: Iterator[pa
     except KafkaClientError as error:
         raise OptionError(f"option 'kafka.*': {error}") from None
     written = 0
-    outcomes: list[Any] = []
+    outcomes: list[Any] = []  # a future per batch the records went into, in order
+    checked = 0  # outcomes before this one completed without an error
+
+    def check_completed() -> None:
+        nonlocal checked
+        for outcome in outcomes[checked:]:
+            try:
+                error = outcome.exception()
+            except asyncio.InvalidStateError:
+                return  # not acknowledged yet: later ones are looked at next time
+            if error is not None:
+                raise RecordWriteError(f"writing a record failed: {error!r}") from error
+            checked += 1
+
     try:
         routing = Routing(producer, int(producer.config["batch.size"]))
         for batch in batches:
@@ -190,11 +204,11 @@ def produce_rows(settings: WriteSettings, columns: Columns, batches: Iterator[pa
                     raise RecordWriteError(f"writing a record failed: {queued[-1][1]!r}") from queued[-1][1]
                 outcomes += [outcome for _, outcome in queued]
             written += batch.num_rows
+            check_completed()  # a refused record stops the task without writing the rest
         producer.flush()
-        for outcome in outcomes:
-            error = outcome.exception()
-            if error is not None:
-                raise RecordWriteError(f"writing a record failed: {error!r}") from error
+        check_completed()
+        if checked < len(outcomes):
+            raise RecordWriteError(f"{len(outcomes) - checked} batches were not acknowledged after flush")
     except (KafkaClientError, KafkaError, ValueError) as error:
         raise RecordWriteError(f"writing a record failed: {error}") from error
     finally:
