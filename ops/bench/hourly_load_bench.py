@@ -4,9 +4,10 @@ Starts ZooKeeper, one broker and the schema registry; produces N page-view event
 `page_views` topic, each made and encoded as `backbone generate` does (its event maker and Confluent-framed
 Avro through the registry; a pool of distinct events is cycled so producing is quick), with event times
 over three hours; then measures
-- the load end to end: `backbone_jobs.hourly_load.run` (plan, Spark read through the data source, decode,
-  Parquet by hour, commit, audit counts, hour markers) on a Spark session started beforehand (the JVM's
-  start is reported apart: an hourly run pays it once);
+- the load end to end: `backbone_jobs.hourly_load.run` (plan; each Spark task reads its offset range with
+  the data source's task read path, decodes it and writes Parquet by hour; commit, audit counts, hour
+  markers) on a Spark session started beforehand (the JVM's start is reported apart: an hourly run pays it
+  once);
 - its phases alone, one after the other in this process over the same offset ranges: read (the data
   source's task read path: fetch into Arrow batches), decode (the load's BatchDecoder: Avro values to the
   event's columns) and write (those columns into Parquet by hour with pyarrow).
