@@ -8,7 +8,8 @@ Each run: finishes or discards what a crashed run left (warehouse.py), reads eve
 position the last committed run reached to the end it finds at its start (the `backbone` data source's
 planner and task read path), decodes the Avro values through the registry into the subject's latest
 schema's columns (avro_columns.py; read and decoded in one Python worker per offset range), writes Parquet
-by event time under <topic>/dt=YYYY-MM-DD/hour=HH/ and undecodable records to _quarantine/, commits,
+by event time under <topic>/dt=YYYY-MM-DD/hour=HH/ and undecodable records to _quarantine/ (each task with
+pyarrow, task_write.py, or through Spark: --writer), commits,
 publishes its counts as the `etl` audit tier and marks the hours the audit proves complete
 (completeness.py). A retention gap (records deleted before they were loaded) is reported by partition and
 offsets; per --retention-gap it stops the run before anything is written (`fail`, the default) or the run
