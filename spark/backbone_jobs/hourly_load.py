@@ -35,7 +35,7 @@ from backbone.client import Consumer, TopicPartition
 from backbone.tracking.serde import RegistryClient
 from backbone_jobs import completeness
 from backbone_jobs.avro_columns import DECODER_INPUT, BatchDecoder
-from backbone_jobs.task_write import TEMPORARY, ReadDecodeWrite, reachable
+from backbone_jobs.task_write import QUARANTINE_COLUMNS, RESULT, TEMPORARY, ReadDecodeWrite, reachable
 from backbone_jobs.warehouse import QUARANTINE, STAGING, Files, Manifests, run_name
 from backbone_spark.options import ReadSettings
 from backbone_spark.planning import OffsetRange, Planner
@@ -208,7 +208,9 @@ def _write_in_tasks(
     write = ReadDecodeWrite(
         settings, planned, decoder, staging, topic, QUARANTINE, args.time_field, args.audit_bucket_ms
     )
-    results = tasks.mapInArrow(write, "kind string, name string, count long").collect()
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    results = tasks.mapInArrow(write, from_arrow_schema(RESULT)).collect()
     files = Files(tasks.sparkSession, staging)
     hours: dict[str, int] = {}
     buckets: dict[int, int] = {}
@@ -250,9 +252,7 @@ def _write_with_spark(
             .withColumn("hour", F.date_format(event_time, "HH"))
         )
         good.write.partitionBy("dt", "hour").parquet(f"{staging}/{topic}")
-        bad = decoded.where(F.col("error").isNotNull()).select(
-            "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id", "error", "raw"
-        )
+        bad = decoded.where(F.col("error").isNotNull()).select(*QUARANTINE_COLUMNS)
         quarantined = bad.count()
         if quarantined:
             bad.write.parquet(f"{staging}/{QUARANTINE}/{topic}")
