@@ -146,6 +146,9 @@ CONSUMER_OPTIONS: dict[str, Option] = {
         Option("isolation.level", "str", "read_uncommitted", _one_of("read_uncommitted", "read_committed")),
         Option("max.poll.records", "int", 500, _at_least(1)),
         Option("check.crcs", "bool", True),
+        # Records that are not uniform runs left undecoded, as RecordRegions in LazyRecords' parts: for
+        # readers that decode them a column at a time (the Spark source); not a Kafka option.
+        Option("record.regions", "bool", False),
         Option("key.deserializer", "callable", None),
         Option("value.deserializer", "callable", None),
     )

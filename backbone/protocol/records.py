@@ -57,6 +57,7 @@ from backbone.protocol.record_batch import (
     peek_size,
     read_header,
 )
+from backbone.protocol.record_regions import RecordRegion, skip_records
 from backbone.protocol.varint import (
     SHORT_VARINTS,
     SMALL_VARINT_BIAS,
@@ -106,6 +107,8 @@ _NO_HEADER_TUPLE: tuple[Header, ...] = ()
 # NamedTuple costs 15-20% of the decoder's throughput, and the garbage collector stops tracking plain
 # tuples of immutable values, never NamedTuples. Unpack it, or index it with the constants below.
 Record = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
+# What a LazyRecords holds: decoded records, and uniform runs and regions decoded as they are read.
+Part = list[Record] | record_runs.UniformRun | RecordRegion
 # Final, so a type checker reads `record[KEY]` as the key's type rather than any field's.
 OFFSET: Final = 0
 TIMESTAMP: Final = 1
@@ -164,7 +167,7 @@ class LazyRecords(Sequence[Record]):
 
     __slots__ = ("_length", "_parts")
 
-    def __init__(self, parts: list[list[Record] | record_runs.UniformRun]) -> None:
+    def __init__(self, parts: list[Part]) -> None:
         self._parts = parts
         self._length = sum(map(len, parts))
 
@@ -172,9 +175,10 @@ class LazyRecords(Sequence[Record]):
         return self._length
 
     @property
-    def parts(self) -> tuple[list[Record] | record_runs.UniformRun, ...]:
-        """Its records as the decoder left them: lists of records and undecoded uniform runs, in order
-        (for readers that turn a run into columns without making its records)."""
+    def parts(self) -> tuple[Part, ...]:
+        """Its records as the decoder left them: lists of records, undecoded uniform runs and (with
+        `regions`) undecoded regions, in order (for readers that turn them into columns without making
+        their records)."""
         return tuple(self._parts)
 
     def __iter__(self) -> Iterator[Record]:
@@ -203,7 +207,7 @@ class LazyRecords(Sequence[Record]):
         raise AssertionError("part lengths do not add up")
 
     def _cut(self, start: int, stop: int) -> LazyRecords:
-        parts: list[list[Record] | record_runs.UniformRun] = []
+        parts: list[Part] = []
         for part in self._parts:
             size = len(part)
             if start < size and stop > 0:
@@ -484,8 +488,10 @@ def decode_batch(
     verify_crc: bool = True,
     max_uncompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     lazy: bool = False,
+    regions: bool = False,
 ) -> DecodedBatch:
-    """Decode the one whole batch at `pos` of `buffer`; with `lazy`, its records are a LazyRecords."""
+    """Decode the one whole batch at `pos` of `buffer`; with `lazy`, its records are a LazyRecords, and
+    with `regions` too, its records outside uniform runs are left undecoded (see `record_regions`)."""
     header = check_batch(buffer, pos) if verify_crc else _check_without_crc(buffer, pos)
     start = pos + HEADER_SIZE
     end = pos + header.size
@@ -504,7 +510,9 @@ def decode_batch(
     count = header.record_count
     if count > (end - start) // _MIN_RECORD_SIZE:
         raise CorruptMessageError(f"record batch claims {count} records in {end - start} bytes")
-    records = _decode_records(data, start, end, count, header.base_offset, header.base_timestamp, lazy)
+    records = _decode_records(
+        data, start, end, count, header.base_offset, header.base_timestamp, lazy, regions and lazy
+    )
     if header.attributes & TIMESTAMP_TYPE_LOG_APPEND:
         # The broker's append time stands for every record; a rare case, so it stays out of the hot loop.
         stamp = header.max_timestamp
@@ -559,6 +567,7 @@ def _decode_records(
     base_offset: int,
     base_timestamp: int,
     lazy: bool = False,
+    regions: bool = False,
 ) -> list[Record] | LazyRecords:
     """Decode `count` records from buf[pos:end]: uniform runs column by column, the rest one by one.
 
@@ -567,9 +576,10 @@ def _decode_records(
     with a few C-level operations per field, and the run's records are then made straight from a struct,
     instead of a Python loop over every byte. Where it finds no run, `_decode_general` decodes a stretch
     of records one by one. The stretch doubles after each miss, so a batch of unlike records pays for a
-    handful of cheap failed attempts, not one per record. `lazy` keeps the runs undecoded (see LazyRecords).
+    handful of cheap failed attempts, not one per record. `lazy` keeps the runs undecoded (see LazyRecords),
+    `regions` the stretches too (see `record_regions`).
     """
-    parts: list[list[Record] | record_runs.UniformRun] = []
+    parts: list[Part] = []
     records: list[Record] = []  # records decoded one by one since the last run (every record if eager)
     decoded = 0
     stretch = record_runs.MIN_RUN
@@ -590,7 +600,16 @@ def _decode_records(
             pos = run.end
         else:
             n = min(count - decoded, stretch)
-            pos = _decode_general(buf, pos, decoded, n, count, base_offset, base_timestamp, records)
+            if regions:
+                last = parts[-1] if parts else None
+                if isinstance(last, RecordRegion) and last.end == pos:  # one region, however many misses
+                    last.end = pos = skip_records(buf, pos, end, n, last.starts)
+                else:
+                    region = RecordRegion(buf, pos, pos, base_offset, base_timestamp, [])
+                    region.end = pos = skip_records(buf, pos, end, n, region.starts)
+                    parts.append(region)
+            else:
+                pos = _decode_general(buf, pos, decoded, n, count, base_offset, base_timestamp, records)
             decoded += n
             stretch *= 2
     if pos != end:
@@ -600,6 +619,16 @@ def _decode_records(
     if records:
         parts.append(records)
     return LazyRecords(parts)
+
+
+def decode_records_at(
+    buf: bytes, pos: int, end: int, n: int, base_offset: int, base_timestamp: int
+) -> list[Record]:
+    """The `n` records at buf[pos:end] decoded one by one (a RecordRegion's records)."""
+    records: list[Record] = []
+    if _decode_general(buf, pos, 0, n, n, base_offset, base_timestamp, records) != end:
+        raise CorruptMessageError(f"{n} records do not fill the {end - pos} bytes of their region")
+    return records
 
 
 def _decode_general(

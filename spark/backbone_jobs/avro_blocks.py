@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from backbone_spark.walk import Walk
+
 FRAMING = 5  # Confluent's wire format: magic byte 0, then the schema id (4 bytes, big-endian)
 _SYNC = os.urandom(16)
 
@@ -83,49 +85,19 @@ def read_block(schema: dict[str, Any], count: int, body: bytes) -> pa.Table:
 # -- where each record ends: every record walked at once, field by field -----------------------------
 
 _PRIMITIVE_SIZES = {"null": 0, "boolean": 1, "float": 4, "double": 8}
-_VARINT_BYTES = np.arange(10)
-_VARINT_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 
 
 class Unsupported(Exception):
     """A schema the walk does not know (a named type it has not seen): decoded record by record."""
 
 
-class _Walk:
-    """The positions of many records in `data`, advanced through the schema's fields all at once. A record
-    whose bytes run out, or hold what its schema forbids (a union branch or enum symbol that is not
-    there, a negative length), is marked bad and left where it stopped."""
+class _AvroWalk(Walk):
+    """Records walked through an Avro schema's fields. A record whose bytes run out, or hold what its
+    schema forbids (a union branch or enum symbol that is not there, a negative length), is marked bad."""
 
     def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-        self.data = np.concatenate([data, np.zeros(len(_VARINT_BYTES), np.uint8)])  # room to read past
-        self.at = starts.astype(np.int64)
-        self.ends = ends.astype(np.int64)
-        self.ok = np.ones(len(starts), bool)
+        super().__init__(data, starts, ends)
         self.named: dict[str, Any] = {}
-
-    def _advance(self, rows: np.ndarray, by: np.ndarray | int) -> None:
-        moved = self.at[rows] + by
-        self.ok[rows] &= moved <= self.ends[rows]
-        self.at[rows] = np.minimum(moved, self.ends[rows])
-
-    def varint(self, rows: np.ndarray) -> np.ndarray:
-        """Read one zig-zag varint at each of `rows`' positions."""
-        at = self.at[rows]
-        first = self.data[at].astype(np.int64)
-        second = self.data[at + 1].astype(np.int64)
-        raw = np.where(first < 0x80, first, (first & 0x7F) | (second << 7))
-        size = np.where(first < 0x80, 1, 2)
-        longer = (first >= 0x80) & (second >= 0x80)  # three bytes or more: the general reading, for those
-        if longer.any():
-            window = self.data[at[longer][:, None] + _VARINT_BYTES]
-            last = window < 0x80
-            self.ok[rows[longer]] &= last.any(axis=1)
-            size[longer] = np.argmax(last, axis=1) + 1
-            low = np.where(size[longer][:, None] > _VARINT_BYTES, (window & 0x7F).astype(np.uint64), 0)
-            raw[longer] = np.bitwise_or.reduce(low << _VARINT_SHIFTS, axis=1).view(np.int64)
-        self.ok[rows] &= at < self.ends[rows]
-        self._advance(rows, size)
-        return (raw >> 1 & 0x7FFF_FFFF_FFFF_FFFF) ^ -(raw & 1)
 
     def skip(self, schema: Any, rows: np.ndarray) -> None:
         """Move `rows` past one value of `schema` (parsed) each."""
@@ -142,16 +114,16 @@ class _Walk:
         if isinstance(kind, (dict, list)):
             self.skip(kind, rows)
         elif kind in _PRIMITIVE_SIZES:
-            self._advance(rows, _PRIMITIVE_SIZES[kind])
+            self.advance(rows, _PRIMITIVE_SIZES[kind])
         elif kind in ("int", "long"):
             self.varint(rows)
         elif kind in ("string", "bytes"):
             length = self.varint(rows)
             self.ok[rows] &= length >= 0
-            self._advance(rows, np.maximum(length, 0))
+            self.advance(rows, np.maximum(length, 0))
         elif kind == "fixed":
             self.named[schema["name"]] = schema
-            self._advance(rows, schema["size"])
+            self.advance(rows, schema["size"])
         elif kind == "enum":
             self.named[schema["name"]] = schema
             symbol = self.varint(rows)
@@ -192,6 +164,6 @@ def records_fill_their_values(schema: Any, body: bytes, lengths: np.ndarray) -> 
     """Whether each record of `schema` (parsed), read from its own value's start in `body`, ends exactly
     at its value's end: then the values read as one block are those records and nothing else."""
     ends = np.cumsum(lengths)
-    walk = _Walk(np.frombuffer(body, np.uint8), ends - lengths, ends)
+    walk = _AvroWalk(np.frombuffer(body, np.uint8), ends - lengths, ends)
     walk.skip(schema, np.arange(len(lengths)))
     return bool(walk.ok.all() and (walk.at == walk.ends).all())

@@ -3,8 +3,11 @@
 The consumer's decoder leaves most of a batch as uniform runs: records laid out alike, every field at the
 same place in each (see `backbone.protocol.record_runs`). A run's keys and values are cut out of the
 fetched bytes for the whole run at once (one strided numpy copy per column, straight into an Arrow
-buffer), its offsets are a range and its timestamps a table lookup. Records outside runs (headers, sizes
-that vary) come as plain tuples and are transposed (`zip(*records)`).
+buffer), its offsets are a range and its timestamps a table lookup. The reader's consumer leaves the
+other records (headers, sizes that vary) undecoded too (`record.regions`): a region's records are walked
+all at once, field by field (`walk.Walk`), and each column gathered from the fetched bytes with one numpy
+index; bytes that are not whole records raise CorruptMessageError. Records decoded already come as plain
+tuples and are transposed (`zip(*records)`).
 """
 
 from __future__ import annotations
@@ -16,13 +19,118 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from backbone.protocol.errors import CorruptMessageError
+from backbone.protocol.record_regions import RecordRegion
 from backbone.protocol.record_runs import UniformRun
 from backbone.protocol.records import LazyRecords
+from backbone_spark.walk import Walk
 
 __all__ = ["ColumnBuilder"]
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 HEADERS_ARROW = pa.list_(pa.field("element", _HEADER))
+
+
+def _gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """The bytes at `starts` of `lengths` (-1: null) in `data`, one value each, as one Arrow column."""
+    sizes = np.maximum(lengths, 0)
+    ends = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=ends[1:])
+    # The index of every wanted byte: each value's start, then one on for each of its bytes.
+    index = np.repeat(starts - ends[:-1], sizes) + np.arange(ends[-1])
+    nulls = lengths < 0
+    validity = pa.array(~nulls).buffers()[1] if nulls.any() else None
+    return pa.Array.from_buffers(
+        kind,
+        len(sizes),
+        [validity, pa.py_buffer(ends.astype(np.int32)), pa.py_buffer(data[index])],
+        null_count=int(nulls.sum()),
+    )
+
+
+@dataclass
+class RegionColumns:
+    """A region's records as columns; `headers` is None when the reader did not ask for them."""
+
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    keys: pa.Array
+    values: pa.Array
+    headers: pa.Array | None
+
+    def head(self, n: int) -> RegionColumns:
+        return RegionColumns(
+            self.offsets[:n],
+            self.timestamps[:n],
+            self.keys.slice(0, n),
+            self.values.slice(0, n),
+            self.headers.slice(0, n) if self.headers is not None else None,
+        )
+
+
+def region_columns(region: RecordRegion, with_headers: bool) -> RegionColumns:
+    """Every record of `region` walked at once; raises CorruptMessageError where the bytes are not records
+    (a field that runs past its record, a bad length, a record with bytes left over)."""
+    data = np.frombuffer(region.buf, np.uint8)
+    begin = np.array(region.starts, np.int64)
+    walk = Walk(data, begin, np.append(begin[1:], region.end))
+    rows = np.arange(region.n)
+    walk.ok &= walk.varint(rows) == walk.ends - walk.at  # the length varint: the rest of the record
+    walk.advance(rows, 1)  # attributes, unused in magic 2
+    timestamp_deltas = walk.varint(rows)
+    offset_deltas = walk.varint(rows)
+    key_lengths, key_starts = _bytes_field(walk, rows)
+    value_lengths, value_starts = _bytes_field(walk, rows)
+    header_counts = walk.varint(rows)
+    walk.ok &= header_counts >= 0
+    header_counts = np.where(walk.ok, header_counts, 0)
+    # Headers level by level: the first header of every record that has one, then the second, ...
+    list_ends = np.zeros(region.n + 1, np.int64)
+    np.cumsum(header_counts, out=list_ends[1:])
+    total = int(list_ends[-1])
+    name_starts, name_lengths, data_starts, data_lengths = (np.zeros(total, np.int64) for _ in range(4))
+    for level in range(int(header_counts.max(initial=0))):
+        having = rows[header_counts > level]
+        at = list_ends[having] + level
+        name_lengths[at], name_starts[at] = _bytes_field(walk, having)
+        walk.ok[having] &= name_lengths[at] >= 0  # a header's key is never null
+        data_lengths[at], data_starts[at] = _bytes_field(walk, having)
+    bad = ~(walk.ok & (walk.at == walk.ends))
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise CorruptMessageError(f"record {first} of a region of {region.n} is not a whole record")
+    headers = None
+    if with_headers:
+        names = _gather(data, name_starts, name_lengths, pa.string())
+        try:
+            names.validate(full=True)
+        except pa.ArrowInvalid:  # not UTF-8: read as the decoder reads header keys
+            names = pa.array(
+                [bytes(b).decode("utf-8", "replace") for b in names.cast(pa.binary()).to_pylist()]
+            )
+        entries = pa.StructArray.from_arrays(
+            [names, _gather(data, data_starts, data_lengths, pa.binary())], fields=list(_HEADER)
+        )
+        headers = pa.ListArray.from_arrays(
+            pa.array(list_ends, pa.int32()), entries, type=HEADERS_ARROW, mask=pa.array(header_counts == 0)
+        )
+    return RegionColumns(
+        region.base_offset + offset_deltas,
+        region.base_timestamp + timestamp_deltas,
+        _gather(data, key_starts, key_lengths, pa.binary()),
+        _gather(data, value_starts, value_lengths, pa.binary()),
+        headers,
+    )
+
+
+def _bytes_field(walk: Walk, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(length, start) of a length-prefixed field at `rows`' positions (-1: null), moving past it."""
+    lengths = walk.varint(rows)
+    walk.ok[rows] &= lengths >= -1
+    lengths = np.where(walk.ok[rows], lengths, 0)
+    starts = walk.at[rows].copy()
+    walk.advance(rows, np.maximum(lengths, 0))
+    return lengths, starts
 
 
 def _cut_column(rows: np.ndarray, at: int, size: int) -> pa.Array:
@@ -59,6 +167,13 @@ class ColumnBuilder:
                     self._add_run(kind, part.cut(0, keep) if keep < part.n else part)
                 if keep < part.n:
                     return True
+            elif isinstance(part, RecordRegion):
+                columns = region_columns(part, self.headers)
+                keep = int(np.searchsorted(columns.offsets, until))
+                if keep:
+                    self._add_columns(kind, columns.head(keep) if keep < part.n else columns)
+                if keep < part.n:
+                    return True
             elif part:
                 columns = tuple(zip(*part, strict=True))
                 ended = columns[0][-1] >= until
@@ -88,6 +203,17 @@ class ColumnBuilder:
         self.values.append(_cut_column(rows, layout.value_at, layout.value_size))
         if self.headers:
             self.header_lists.append(pa.nulls(n, HEADERS_ARROW))
+        self.kinds.append(pa.repeat(pa.scalar(kind, pa.int32()), n))
+        self.rows += n
+
+    def _add_columns(self, kind: int, columns: RegionColumns) -> None:
+        n = len(columns.offsets)
+        self.offsets.append(pa.array(columns.offsets))
+        self.timestamps.append(pa.array(columns.timestamps))
+        self.keys.append(columns.keys)
+        self.values.append(columns.values)
+        if columns.headers is not None:
+            self.header_lists.append(columns.headers)
         self.kinds.append(pa.repeat(pa.scalar(kind, pa.int32()), n))
         self.rows += n
 

@@ -106,6 +106,7 @@ def read_range(settings: ReadSettings, part: OffsetRange) -> Iterator[pa.RecordB
                 "enable.auto.commit": False,
                 "auto.offset.reset": "none",
                 "max.poll.records": _RECORDS_PER_BATCH,
+                "record.regions": True,  # unlike records decoded a column at a time (columns.py)
             },
         )
     )

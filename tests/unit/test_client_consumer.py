@@ -270,6 +270,11 @@ async def test_misuse_is_explained(fake: FakeCluster) -> None:
 # -- decoding details, without a broker --------------------------------------------------------------
 
 
+# The consumer decodes records as tuples, or (`record.regions`, the Spark source's reader) leaves records
+# outside uniform runs undecoded until read: the same records either way.
+REGIONS = pytest.mark.parametrize("regions", [False, True], ids=["tuples", "regions"])
+
+
 def fetcher(**config: Any) -> Fetcher:
     base = {
         "auto.offset.reset": "earliest",
@@ -279,6 +284,7 @@ def fetcher(**config: Any) -> Fetcher:
         "fetch.max.bytes": 1 << 20,
         "max.partition.fetch.bytes": 1 << 20,
         "check.crcs": True,
+        "record.regions": False,
         "request.timeout.ms": 30_000,
         "retry.backoff.ms": 100,
     }
@@ -286,7 +292,8 @@ def fetcher(**config: Any) -> Fetcher:
     return Fetcher(None, base, None)  # type: ignore[arg-type]
 
 
-def test_read_committed_drops_aborted_transactions() -> None:
+@REGIONS
+def test_read_committed_drops_aborted_transactions(regions: bool) -> None:
     records = b"".join(
         [
             batch(0, 2, producer_id=5, transactional=True),  # offsets 0-1, aborted below
@@ -308,7 +315,7 @@ def test_read_committed_drops_aborted_transactions() -> None:
         struct.pack_into(">q", data, pos, offset)
         pos += struct.unpack_from(">i", data, pos + 8)[0] + 12
     for level, expected in (("read_committed", [3, 4, 6]), ("read_uncommitted", [0, 1, 3, 4, 6])):
-        f = fetcher(**{"isolation.level": level})
+        f = fetcher(**{"isolation.level": level, "record.regions": regions})
         state = PartitionState(position=0, fetch_position=7)
         f.assignment[TP] = state
         starts, _ = scan_batches(bytes(data))
@@ -320,10 +327,11 @@ def test_read_committed_drops_aborted_transactions() -> None:
     assert next_fetch_offset(bytes(data)[:-3]) == 6  # a partial last batch is not counted
 
 
-def test_a_timestamp_reset_skips_records_before_the_timestamp() -> None:
+@REGIONS
+def test_a_timestamp_reset_skips_records_before_the_timestamp(regions: bool) -> None:
     # A broker may answer ListOffsets with the start of the batch holding the timestamp; the consumer
     # still returns nothing older than asked for, and stops filtering once it passed the timestamp.
-    f = fetcher()
+    f = fetcher(**{"record.regions": regions})
     state = PartitionState(position=0, fetch_position=10, skip_before_timestamp=T0 + 25)
     f.assignment[TP] = state
     fixed = bytearray(batch(0, 5) + batch(5, 5))  # one records section holding two batches
@@ -361,10 +369,11 @@ def uniform_batch(start: int, count: int, codec: Codec = Codec.NONE) -> bytes:
     return bytes(data)
 
 
-def test_a_backlog_on_one_partition_does_not_hold_another_back() -> None:
+@REGIONS
+def test_a_backlog_on_one_partition_does_not_hold_another_back(regions: bool) -> None:
     # Both partitions have more buffered than a poll returns: the polls take turns, rather than serving the
     # first partition until its backlog is gone while the second one's records wait.
-    f = fetcher()
+    f = fetcher(**{"record.regions": regions})
     first, second = TopicPartition("t", 0), TopicPartition("t", 1)
     for tp in (first, second):
         state = PartitionState(position=0, fetch_position=300)
@@ -389,9 +398,10 @@ async def test_alike_records_come_back_whole_across_small_polls(fake: FakeCluste
         assert await c.position(TP) == 600
 
 
-def test_a_records_section_that_is_a_view_of_the_response() -> None:
+@REGIONS
+def test_a_records_section_that_is_a_view_of_the_response(regions: bool) -> None:
     # The Fetch decoder hands each partition's records over as a view of the response frame, not a copy.
-    f = fetcher()
+    f = fetcher(**{"record.regions": regions})
     state = PartitionState(position=0, fetch_position=600)
     f.assignment[TP] = state
     frame = bytearray(b"response fields" + uniform_batch(0, 300) + uniform_batch(300, 300))

@@ -157,6 +157,7 @@ class Fetcher:
         self.max_bytes: int = config["fetch.max.bytes"]
         self.partition_max_bytes: int = config["max.partition.fetch.bytes"]
         self.check_crcs: bool = config["check.crcs"]
+        self.record_regions: bool = config["record.regions"]
         self.timeout_ms: int = config["request.timeout.ms"] + self.max_wait_ms
         self.backoff_s: float = config["retry.backoff.ms"] / 1000
         self._deserialize = deserialize
@@ -459,7 +460,9 @@ class Fetcher:
             return None
         start = completed.starts[completed.next_batch]
         completed.next_batch += 1
-        return decode_batch(completed.records, start, verify_crc=self.check_crcs, lazy=True)
+        return decode_batch(
+            completed.records, start, verify_crc=self.check_crcs, lazy=True, regions=self.record_regions
+        )
 
     @staticmethod
     def _skip_early(records: Sequence[Record], state: PartitionState) -> Sequence[Record]:

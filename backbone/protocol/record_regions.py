@@ -1,0 +1,101 @@
+"""Record regions: stretches of unlike records left undecoded, for readers that decode them column by column.
+
+A consumer normally decodes records that are not uniform runs one by one into tuples (`records.py`). A
+reader that turns records into columns (the Spark source's Arrow batches) does better with the bytes: it
+walks every record of a stretch at once (numpy, a field at a time) and never makes a tuple. With the
+consumer option `record.regions`, the decoder leaves such stretches as `RecordRegion`s: where they lie,
+found by reading only each record's length. A region is not checked up front as the rest of a batch is:
+whoever reads it (its records, or its columns) finds what is wrong and raises CorruptMessageError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
+
+from backbone.protocol.errors import CorruptMessageError
+from backbone.protocol.varint import SHORT_VARINTS, read_varint
+
+if TYPE_CHECKING:
+    from backbone.protocol.records import Record
+
+
+def skip_records(buf: bytes, pos: int, end: int, n: int, starts: list[int] | None = None) -> int:
+    """The position after the `n` records at `pos`, read from their lengths alone (none may pass `end`);
+    each record's start (where its length begins) is appended to `starts` if given."""
+    short = SHORT_VARINTS
+    try:
+        for _ in range(n):
+            if starts is not None:
+                starts.append(pos)
+            b = buf[pos]
+            if b < 0x80:
+                length = short[b]
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                length = short[buf[pos + 1] << 8 | b]
+                pos += 2
+            else:
+                length, pos = read_varint(buf, pos)
+            if length < 0:
+                raise CorruptMessageError(f"record length {length} is negative at byte {pos}")
+            pos += length
+            if pos > end:
+                raise CorruptMessageError(f"a record runs past the end of its batch (byte {pos} of {end})")
+    except IndexError:
+        raise CorruptMessageError("record batch ends inside a record's length") from None
+    return pos
+
+
+@dataclass(slots=True, eq=False)
+class RecordRegion:
+    """`n` records at buf[pos:end], not decoded yet; its records are decoded each time they are read."""
+
+    buf: bytes
+    pos: int
+    end: int
+    base_offset: int
+    base_timestamp: int
+    starts: list[int]
+    """Where each record starts (its length), as `skip_records` found them."""
+
+    @property
+    def n(self) -> int:
+        return len(self.starts)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def records(self) -> list[Record]:
+        """Its records as plain tuples (the decoder's general loop); raises CorruptMessageError."""
+        from backbone.protocol.records import decode_records_at
+
+        return decode_records_at(self.buf, self.pos, self.end, self.n, self.base_offset, self.base_timestamp)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return self.records()[index]
+        if index < 0:
+            index += self.n
+        if not 0 <= index < self.n:
+            raise IndexError("record index out of range")
+        return self.cut(index, index + 1).records()[0]  # that record alone
+
+    def cut(self, low: int, high: int) -> RecordRegion:
+        """Its records `low` to `high` (0 <= low <= high <= n) as a region of their own."""
+        n = len(self.starts)
+        start = self.starts[low] if low < n else self.end
+        stop = self.starts[high] if high < n else self.end
+        return RecordRegion(
+            self.buf, start, stop, self.base_offset, self.base_timestamp, self.starts[low:high]
+        )
