@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from backbone_spark.walk import Walk
+from backbone_spark.walk import ALL, Rows, Walk, subset
 
 FRAMING = 5  # Confluent's wire format: magic byte 0, then the schema id (4 bytes, big-endian)
 _SYNC = os.urandom(16)
@@ -99,16 +99,18 @@ class _AvroWalk(Walk):
         super().__init__(data, starts, ends)
         self.named: dict[str, Any] = {}
 
-    def skip(self, schema: Any, rows: np.ndarray) -> None:
+    def skip(self, schema: Any, rows: Rows) -> None:
         """Move `rows` past one value of `schema` (parsed) each."""
-        rows = rows[self.ok[rows]]
-        if not len(rows):
+        if isinstance(rows, slice):  # every record, while all are whole
+            if not self.ok.all():
+                rows = np.flatnonzero(self.ok)
+        elif not len(rows := rows[self.ok[rows]]):
             return
         if isinstance(schema, list):
             branch = self.varint(rows)
             self.ok[rows] &= (branch >= 0) & (branch < len(schema))
             for index, choice in enumerate(schema):
-                self.skip(choice, rows[branch == index])
+                self.skip(choice, subset(rows, branch == index))
             return
         kind = schema if isinstance(schema, str) else schema["type"]
         if isinstance(kind, (dict, list)):
@@ -139,8 +141,10 @@ class _AvroWalk(Walk):
         else:
             raise Unsupported(f"type {kind}")
 
-    def _blocks(self, schema: Any, rows: np.ndarray) -> None:
+    def _blocks(self, schema: Any, rows: Rows) -> None:
         """An array's or a map's blocks: a count (negative: then a byte size), the items; 0 ends."""
+        if isinstance(rows, slice):
+            rows = np.arange(len(self.at))
         while len(rows := rows[self.ok[rows]]):
             count = self.varint(rows)
             sized = count < 0
@@ -165,5 +169,5 @@ def records_fill_their_values(schema: Any, body: bytes, lengths: np.ndarray) -> 
     at its value's end: then the values read as one block are those records and nothing else."""
     ends = np.cumsum(lengths)
     walk = _AvroWalk(np.frombuffer(body, np.uint8), ends - lengths, ends)
-    walk.skip(schema, np.arange(len(lengths)))
+    walk.skip(schema, ALL)
     return bool(walk.ok.all() and (walk.at == walk.ends).all())
