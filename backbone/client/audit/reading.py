@@ -26,9 +26,11 @@ def read_audit_counts(
         partitions = [
             TopicPartition(audit_topic, p) for p in sorted(consumer.partitions_for_topic(audit_topic))
         ]
+        # Sought as soon as assigned: the consumer starts fetching at once, and a fetch it began from the
+        # default position (the end) would hold the sought one back for its whole long-poll wait.
         consumer.assign(partitions)
-        ends = consumer.end_offsets(partitions)
         consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)
         messages: list[AuditCount] = []
         malformed = 0
         deadline = time.monotonic() + timeout_s
