@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING
 
 from backbone.protocol.errors import CorruptMessageError
 from backbone.protocol.varint import SHORT_VARINTS, read_varint
@@ -76,15 +76,8 @@ class RecordRegion:
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Record]: ...
-
-    def __getitem__(self, index: int | slice) -> Record | list[Record]:
-        if isinstance(index, slice):
-            return self.records()[index]
+    def __getitem__(self, index: int) -> Record:
+        """One record, decoded alone (slices of a region are cut by LazyRecords, with `cut`)."""
         if index < 0:
             index += self.n
         if not 0 <= index < self.n:
