@@ -5,8 +5,8 @@ same place in each (see `backbone.protocol.record_runs`). A run's keys and value
 fetched bytes for the whole run at once (one strided numpy copy per column, straight into an Arrow
 buffer), its offsets are a range and its timestamps a table lookup. The reader's consumer leaves the
 other records (headers, sizes that vary) undecoded too (`record.regions`): a region's records are walked
-all at once, field by field (`walk.Walk`), and each column gathered from the fetched bytes with one numpy
-index; bytes that are not whole records raise CorruptMessageError. Records decoded already come as plain
+all at once, field by field (`walk.Walk`), and each column is copied out of the fetched bytes by one Arrow
+`take`; bytes that are not whole records raise CorruptMessageError. Records decoded already come as plain
 tuples and are transposed (`zip(*records)`).
 """
 
@@ -168,6 +168,8 @@ class ColumnBuilder:
         True when the range ends inside them (later records are not wanted)."""
         parts: Iterable[Any] = records.parts if isinstance(records, LazyRecords) else (records,)
         for part in parts:
+            if not len(part):  # an empty cut
+                continue
             if isinstance(part, UniformRun):
                 keep = min(part.n, until - part.first_offset)
                 if keep > 0:
@@ -181,7 +183,7 @@ class ColumnBuilder:
                     self._add_columns(kind, columns.head(keep) if keep < part.n else columns)
                 if keep < part.n:
                     return True
-            elif part:
+            else:
                 columns = tuple(zip(*part, strict=True))
                 ended = columns[0][-1] >= until
                 if ended:

@@ -158,6 +158,8 @@ def test_a_region_reads_as_records_too_whole_cut_or_one_at_a_time() -> None:
     assert list(lazy) == expected
     assert list(lazy[17:250]) == expected[17:250]
     assert list(lazy[40:40]) == [] and list(lazy[299:]) == expected[299:]
+    empty = ColumnBuilder(True)
+    assert not empty.add(0, lazy[40:40], 1 << 62) and empty.rows == 0
     assert [lazy[i] for i in (0, 1, 150, 299, -1)] == [expected[i] for i in (0, 1, 150, 299, -1)]
 
 
