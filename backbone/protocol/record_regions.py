@@ -21,14 +21,14 @@ if TYPE_CHECKING:
     from backbone.protocol.records import Record
 
 
-def skip_records(buf: bytes, pos: int, end: int, n: int, starts: list[int] | None = None) -> int:
+def skip_records(buf: bytes, pos: int, end: int, n: int, starts: list[int]) -> int:
     """The position after the `n` records at `pos`, read from their lengths alone (none may pass `end`);
-    each record's start (where its length begins) is appended to `starts` if given."""
+    each record's start (where its length begins) is appended to `starts`."""
     short = SHORT_VARINTS
+    append = starts.append
     try:
         for _ in range(n):
-            if starts is not None:
-                starts.append(pos)
+            append(pos)
             b = buf[pos]
             if b < 0x80:
                 length = short[b]
