@@ -36,6 +36,7 @@ from backbone.protocol.records import (
     decode_batches,
     estimate_record_size,
 )
+from backbone.protocol.varint import read_varint
 
 pytestmark = pytest.mark.unit
 
@@ -328,3 +329,44 @@ def test_compressed_records_over_the_size_limit_raise(codec: Codec) -> None:
     assert decoded.records[0][VALUE] == bytes(100_000)
     with pytest.raises(CorruptMessageError, match="limit"):
         list(decode_batches(batch, max_uncompressed_size=50_000))
+
+
+# -- record regions (the consumer option record.regions) ---------------------------------------------
+
+
+def _unlike_batch(count: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    builder = RecordBatchBuilder()
+    for i in range(count):
+        headers = [("h", rng.randbytes(rng.randrange(4)))] if rng.random() < 0.5 else []
+        builder.append(
+            rng.randbytes(rng.randrange(9)), rng.randbytes(rng.randrange(300)), headers, 1_000 + i * 997
+        )
+    return builder.build()
+
+
+def test_regions_hold_the_same_records_as_the_decoder_makes() -> None:
+    from backbone.protocol.record_regions import RecordRegion
+
+    data = _unlike_batch(500, seed=2)
+    lazy = decode_batch(data, lazy=True, regions=True).records
+    assert any(isinstance(part, RecordRegion) for part in lazy.parts)  # type: ignore[attr-defined]
+    expected = decode_batch(data).records
+
+    assert list(lazy) == expected
+    assert [lazy[i] for i in (0, 37, 499)] == [expected[i] for i in (0, 37, 499)]
+    assert list(lazy[100:230]) == expected[100:230]
+
+
+def test_a_region_whose_records_are_damaged_fails_when_read() -> None:
+    # The record lengths still add up (so the batch decodes), but a key length now runs past its record.
+    data = bytearray(_unlike_batch(40, seed=3))
+    _, at = read_varint(data, 61)  # the first record's length
+    _, at = read_varint(data, at + 1)  # after its attributes: the timestamp delta
+    _, at = read_varint(data, at)  # the offset delta
+    data[at] = 0x7E  # its key length: 63 bytes, so the rest of the record no longer parses
+    lazy = decode_batch(bytes(data), lazy=True, regions=True, verify_crc=False).records
+    with pytest.raises(CorruptMessageError):
+        decode_batch(bytes(data), verify_crc=False)
+    with pytest.raises(CorruptMessageError):
+        list(lazy)
