@@ -280,6 +280,50 @@ async def test_a_failed_sender_round_is_logged_and_the_next_round_delivers(
     assert [v for _, _, v, _ in stored(fake, 0)] == [b"before", b"after"]
 
 
+class _EarlyTimer:
+    """A timer handle that reports the time it was asked for while its callback runs sooner."""
+
+    def __init__(self, handle: asyncio.TimerHandle, when: float) -> None:
+        self._handle, self._when = handle, when
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+async def test_a_linger_timer_that_fires_before_its_time_still_sends_the_batch(
+    fake: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uvloop's timers count whole milliseconds and can fire before their when(): the sender must not take
+    # a timer that has fired for one still to come, or a lingering batch waits for good.
+    loop = asyncio.get_running_loop()
+    real_call_at = loop.call_at
+    early_timers = 0
+
+    def call_early(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal early_timers
+        senders = getattr(callback, "__self__", None) is p.sender._wakeup or callback.__qualname__.startswith(
+            "Sender."
+        )
+        if not senders:
+            return real_call_at(when, callback, *args, **kwargs)
+        early_timers += 1
+        sooner = loop.time() + (when - loop.time()) / 10
+        return _EarlyTimer(real_call_at(sooner, callback, *args, **kwargs), when)
+
+    async with producer(fake, linger_ms=200) as p:
+        await p.send_and_wait("t", b"first", partition=0)  # connected, producer id known
+        monkeypatch.setattr(loop, "call_at", call_early)
+        future = await p.send("t", b"lingering", partition=0)
+        metadata = await asyncio.wait_for(future, 5)
+        monkeypatch.undo()
+    assert early_timers >= 1, "the sender set no linger timer"
+    assert metadata.offset == 1
+    assert [v for _, _, v, _ in stored(fake, 0)] == [b"first", b"lingering"]
+
+
 async def test_an_unknown_topic_fails_after_max_block(fake: FakeCluster) -> None:
     async with producer(fake, max_block_ms=200) as p:
         with pytest.raises(KafkaTimeoutError, match="topic 'missing' not available after"):

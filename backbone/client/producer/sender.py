@@ -161,8 +161,16 @@ class Sender:
         # A timer that sets the event, not asyncio.timeout (several times the cost), kept from round to round
         # while it is due no later than the next round needs: a round that ends waiting for answers asks for
         # the same poll every time, and a timer per round (a heap push and a cancel) cost several percent of
-        # a request at one record per request. A timer that fires early costs a round.
+        # a request at one record per request. A timer that fires early costs a round. A timer that has fired
+        # is forgotten as it fires: uvloop's may fire before its `when()` (its clock counts milliseconds), so
+        # `when() <= now` does not tell that it has.
         timer: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            nonlocal timer
+            timer = None
+            self._wakeup.set()
+
         try:
             while not self._stopping:
                 self._wake_requested = False
@@ -177,10 +185,10 @@ class Sender:
                     continue
                 if wait != float("inf"):
                     now = loop.time()
-                    if timer is None or timer.when() <= now or timer.when() > now + wait:
+                    if timer is None or timer.when() > now + wait:
                         if timer is not None:
                             timer.cancel()
-                        timer = loop.call_at(now + wait, self._wakeup.set)
+                        timer = loop.call_at(now + wait, fire)
                 await self._wakeup.wait()
         finally:
             if timer is not None:
