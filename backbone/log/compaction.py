@@ -16,31 +16,24 @@ timestamps, relative to the base, are unchanged); a clean after the horizon drop
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
-
-from crc32c import crc32c
 
 from backbone.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from backbone.protocol.errors import CorruptMessageError, InvalidRecordError
 from backbone.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
-    CRC_OFFSET,
-    CRC_START,
     HEADER_SIZE,
-    HEADER_STRUCT,
-    LENGTH_FIELD_END,
     TIMESTAMP_TYPE_LOG_APPEND,
     TRANSACTIONAL_FLAG,
     BatchHeader,
+    encode_batch,
 )
 from backbone.protocol.varint import encode_varint, read_varint
 
 DELETE_HORIZON_FLAG = 0x40
 NO_TIMESTAMP = -1
-_CRC = struct.Struct(">I")
 # The flags an empty batch keeps (its records, and so its codec, are gone).
 _EMPTY_BATCH_FLAGS = TIMESTAMP_TYPE_LOG_APPEND | TRANSACTIONAL_FLAG | CONTROL_FLAG
 
@@ -228,22 +221,18 @@ def _encode(
     record_count: int,
     payload: bytes,
 ) -> bytes:
-    prefix = bytearray(
-        HEADER_STRUCT.pack(
-            header.base_offset,
-            HEADER_SIZE - LENGTH_FIELD_END + len(payload),
-            header.partition_leader_epoch,
-            header.magic,
-            0,  # the CRC, computed below
-            attributes,
-            header.last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            record_count,
-        )
+    """`header`'s batch again with these fields and records; its offsets and producer fields are kept."""
+    return encode_batch(
+        header.base_offset,
+        header.partition_leader_epoch,
+        header.magic,
+        attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        record_count,
+        payload,
     )
-    _CRC.pack_into(prefix, CRC_OFFSET, crc32c(payload, crc32c(memoryview(prefix)[CRC_START:])))
-    return bytes(prefix) + payload

@@ -3,7 +3,8 @@
 The broker never unpacks individual records: it reads and validates this header and the CRC, writes the
 base offset (and the partition leader epoch) in place, which the CRC does not cover, and moves the batch
 as opaque bytes. Encoding and decoding whole batches with their records is the client's business
-(`backbone.protocol.records`).
+(`backbone.protocol.records`); `encode_batch` puts a records section behind this header, for it and for
+the log cleaner (`backbone.log.compaction`).
 
 Layout (big-endian), offsets in bytes:
     0 base_offset int64 | 8 batch_length int32 | 12 partition_leader_epoch int32 | 16 magic int8 |
@@ -108,6 +109,43 @@ def read_header(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -
     """Parse the header at `pos` without any validation (the caller knows 61 bytes are there)."""
     # tuple.__new__ directly: NamedTuple._make costs three times the unpack itself on this hot path.
     return _new_tuple(BatchHeader, _unpack_header(buf, pos))
+
+
+def encode_batch(
+    base_offset: int,
+    partition_leader_epoch: int,
+    magic: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+    records: bytes | bytearray,
+) -> bytes:
+    """A whole batch: the header from these fields, its length and CRC-32C computed, then `records` (the
+    records section as it is stored, so compressed when `attributes` names a codec)."""
+    header = bytearray(
+        HEADER_STRUCT.pack(
+            base_offset,
+            HEADER_SIZE - LENGTH_FIELD_END + len(records),
+            partition_leader_epoch,
+            magic,
+            0,  # the CRC, computed below over everything after it
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        )
+    )
+    struct.pack_into(">I", header, CRC_OFFSET, crc32c(records, crc32c(memoryview(header)[CRC_START:])))
+    return b"".join((header, records))
 
 
 def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:

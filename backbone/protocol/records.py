@@ -27,8 +27,6 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple, overload
 
-from crc32c import crc32c
-
 from backbone.protocol import record_runs
 from backbone.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
@@ -41,11 +39,7 @@ from backbone.protocol.errors import CorruptMessageError, UnsupportedVersionErro
 from backbone.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
-    CRC_OFFSET,
-    CRC_START,
     HEADER_SIZE,
-    HEADER_STRUCT,
-    LENGTH_FIELD_END,
     MAGIC,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -54,6 +48,7 @@ from backbone.protocol.record_batch import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     check_batch,
+    encode_batch,
     peek_size,
     read_header,
 )
@@ -86,7 +81,6 @@ __all__ = [
 
 Header = tuple[str, bytes | None]
 
-_CRC = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")
 _BIAS = SMALL_VARINT_BIAS
 _NULL = SMALL_VARINTS[_BIAS - 1]  # -1, a null key, value or header value
@@ -433,26 +427,20 @@ class RecordBatchBuilder:
             raise ValueError("a record batch needs at least one record")
         codec = self._codec
         payload = self._buffer if codec is Codec.NONE else compress(codec, self._buffer, self._level)
-        header = bytearray(
-            HEADER_STRUCT.pack(
-                0,
-                HEADER_SIZE - LENGTH_FIELD_END + len(payload),
-                NO_PARTITION_LEADER_EPOCH,
-                MAGIC,
-                0,  # the CRC, computed below over everything after it
-                codec | self._flags,
-                count - 1,
-                self._base_timestamp,
-                self._max_timestamp,
-                self._producer_id,
-                self._producer_epoch,
-                self._base_sequence,
-                count,
-            )
+        return encode_batch(
+            0,
+            NO_PARTITION_LEADER_EPOCH,
+            MAGIC,
+            codec | self._flags,
+            count - 1,
+            self._base_timestamp,
+            self._max_timestamp,
+            self._producer_id,
+            self._producer_epoch,
+            self._base_sequence,
+            count,
+            payload,
         )
-        crc = crc32c(payload, crc32c(memoryview(header)[CRC_START:]))
-        _CRC.pack_into(header, CRC_OFFSET, crc)
-        return b"".join((header, payload))
 
 
 def decode_batches(
