@@ -9,10 +9,10 @@ import argparse
 from backbone.cli import UsageError
 from backbone.cli.connect import (
     admin_session,
+    config_change_options,
     config_changes,
-    config_option,
     connection_options,
-    delete_config_option,
+    described_changes,
     int_at_least,
     reports_failures,
 )
@@ -48,8 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.set_defaults(handler=describe_configs)
 
     alter = actions.add_parser("alter", parents=common, help="set or remove dynamic broker configs")
-    config_option(alter, "set a dynamic config (repeatable), e.g. log.retention.ms=86400000")
-    delete_config_option(alter, "remove a dynamic config, so the next level down applies (repeatable)")
+    config_change_options(
+        alter,
+        "set a dynamic config (repeatable), e.g. log.retention.ms=86400000",
+        "remove a dynamic config, so the next level down applies (repeatable)",
+    )
     alter.set_defaults(handler=alter_configs)
 
 
@@ -88,6 +91,5 @@ def alter_configs(args: argparse.Namespace) -> int:
     resource = ConfigResource(ConfigResourceType.BROKER, _resource_name(args))
     with admin_session(args) as admin:
         admin.alter_configs({resource: changes})
-    done = [f"set {k}={v}" if v is not None else f"deleted {k}" for k, v in changes.items()]
-    print(f"altered {_what(args)}: {', '.join(done)}")
+    print(f"altered {_what(args)}: {', '.join(described_changes(changes))}")
     return 0

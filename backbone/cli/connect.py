@@ -212,9 +212,11 @@ def config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
     )
 
 
-def delete_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+def config_change_options(parser: argparse.ArgumentParser, set_help: str, delete_help: str) -> None:
+    """--config KEY=VALUE and --delete-config KEY, which `config_changes` reads as one set of changes."""
+    config_option(parser, set_help)
     parser.add_argument(
-        "--delete-config", action="extend", nargs="+", default=[], metavar="KEY", help=help_text
+        "--delete-config", action="extend", nargs="+", default=[], metavar="KEY", help=delete_help
     )
 
 
@@ -226,3 +228,8 @@ def config_changes(args: argparse.Namespace) -> dict[str, str | None]:
             raise UsageError(f"{key!r} is both set with --config and removed with --delete-config")
         changes[key] = None
     return changes
+
+
+def described_changes(changes: dict[str, str | None]) -> list[str]:
+    """The changes of `config_changes` in words, as the alter commands report them: `set K=V`, `deleted K`."""
+    return [f"set {k}={v}" if v is not None else f"deleted {k}" for k, v in changes.items()]

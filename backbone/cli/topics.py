@@ -11,10 +11,11 @@ from backbone.cli import UsageError
 from backbone.cli.connect import (
     CommandFailed,
     admin_session,
+    config_change_options,
     config_changes,
     config_option,
     connection_options,
-    delete_config_option,
+    described_changes,
     int_at_least,
     parse_assignments,
     reports_failures,
@@ -60,8 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     alter = actions.add_parser("alter", parents=common, help="change a topic's configs or add partitions")
     alter.add_argument("name", metavar="NAME")
-    config_option(alter, "set a topic config (repeatable)")
-    delete_config_option(alter, "remove a topic config, so the default applies again (repeatable)")
+    config_change_options(
+        alter,
+        "set a topic config (repeatable)",
+        "remove a topic config, so the default applies again (repeatable)",
+    )
     alter.add_argument("--partitions", type=int_at_least(1), help="grow the topic to this many partitions")
     alter.set_defaults(handler=alter_topic)
 
@@ -209,7 +213,7 @@ def alter_topic(args: argparse.Namespace) -> int:
         try:
             if changes:
                 admin.alter_configs({ConfigResource(ConfigResourceType.TOPIC, args.name): changes})
-                done += [f"set {k}={v}" if v is not None else f"deleted {k}" for k, v in changes.items()]
+                done += described_changes(changes)
             if args.partitions is not None:
                 admin.create_partitions({args.name: args.partitions})
                 done.append(f"partitions now {args.partitions}")
