@@ -100,6 +100,18 @@ async def _require_topic(admin: AdminPieces, name: str) -> None:
         raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
 
 
+def _resource_result(result_type: type, resource: Any, code: int, message: str | None, **fields: Any) -> Any:
+    """One resource's answer: the resource as the request named it, its error and any `fields`."""
+    return build(
+        result_type,
+        error_code=code,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **fields,
+    )
+
+
 # -- DescribeConfigs -------------------------------------------------------------------------------------
 
 
@@ -119,15 +131,9 @@ async def _describe_configs(admin: AdminPieces, context: RequestContext) -> Any:
         if resource.configuration_keys is not None:
             wanted = set(resource.configuration_keys)
             entries = [e for e in entries if e.name in wanted]
+        configs = tuple(_entry(module, e, synonyms, documentation) for e in entries)
         results.append(
-            build(
-                module.DescribeConfigsResult,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=tuple(_entry(module, e, synonyms, documentation) for e in entries),
-            )
+            _resource_result(module.DescribeConfigsResult, resource, code, message, configs=configs)
         )
     return build(module.DescribeConfigsResponse, throttle_time=throttle(), results=tuple(results))
 
@@ -178,15 +184,7 @@ async def _alter_configs(admin: AdminPieces, context: RequestContext, *, increme
             code, message = ErrorCode.none, None
         except Exception as exc:
             code, message = error_of(exc, "alter_configs")
-        answers.append(
-            build(
-                module.AlterConfigsResourceResponse,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+        answers.append(_resource_result(module.AlterConfigsResourceResponse, resource, code, message))
     response = module.IncrementalAlterConfigsResponse if incremental else module.AlterConfigsResponse
     return build(response, throttle_time=throttle(), responses=tuple(answers))
 
