@@ -28,31 +28,28 @@ def schema_not_found(detail: str = "Schema not found") -> RegistryError:
 
 
 def subject_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
-        404, 40404, f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently"
-    )
+    return _soft_deleted(40404, f"Subject '{subject}'")
 
 
 def subject_not_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
-        404, 40405, f"Subject '{subject}' was not deleted first before being permanently deleted"
-    )
+    return _not_soft_deleted(40405, f"Subject '{subject}'")
 
 
 def version_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
-        404,
-        40406,
-        f"Subject '{subject}' Version {version} was soft deleted. Set permanent=true to delete permanently",
-    )
+    return _soft_deleted(40406, f"Subject '{subject}' Version {version}")
 
 
 def version_not_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
-        404,
-        40407,
-        f"Subject '{subject}' Version {version} was not deleted first before being permanently deleted",
-    )
+    return _not_soft_deleted(40407, f"Subject '{subject}' Version {version}")
+
+
+# Confluent's wording for a subject and for a version alike.
+def _soft_deleted(code: int, what: str) -> RegistryError:
+    return RegistryError(404, code, f"{what} was soft deleted. Set permanent=true to delete permanently")
+
+
+def _not_soft_deleted(code: int, what: str) -> RegistryError:
+    return RegistryError(404, code, f"{what} was not deleted first before being permanently deleted")
 
 
 def subject_config_not_found(subject: str) -> RegistryError:
