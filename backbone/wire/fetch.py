@@ -100,26 +100,20 @@ def encode_fetch_response(
             if with_log_start:
                 out += I64.pack(part.log_start_offset)
             aborted = part.aborted_transactions
-            if aborted is None:
-                out += write_length(flexible, -1, I32)
-            else:
-                out += write_length(flexible, len(aborted), I32)
-                for producer_id, first_offset in aborted:
-                    out += I64_I64.pack(producer_id, first_offset)
-                    if flexible:
-                        out += EMPTY_TAGS
+            out += write_length(flexible, -1 if aborted is None else len(aborted), I32)
+            for producer_id, first_offset in aborted or ():
+                out += I64_I64.pack(producer_id, first_offset)
+                if flexible:
+                    out += EMPTY_TAGS
             if with_replica:
                 out += I32.pack(part.preferred_read_replica)
             records = part.records
-            if records is None:
-                out += write_length(flexible, -1, I32)
-            else:
-                size = chunk_length(records)
-                out += write_length(flexible, size, I32)
-                if size:  # empty records stay out of the list: no zero-length writes
-                    chunks.append(bytes(out))
-                    chunks.append(records)
-                    out = bytearray()
+            size = -1 if records is None else chunk_length(records)
+            out += write_length(flexible, size, I32)
+            if records is not None and size:  # empty records stay out of the list: no zero-length writes
+                chunks.append(bytes(out))
+                chunks.append(records)
+                out = bytearray()
             if flexible:
                 out += _partition_tags(part)
         if flexible:
