@@ -9,7 +9,6 @@ batch never sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 import uvloop
@@ -19,17 +18,9 @@ from backbone.client.producer.producer import AsyncProducer
 from backbone.client.structs import TopicPartition
 from tests.helpers.fake_cluster import FakeCluster
 from tests.unit.test_broker_network import EchoListener, answers, request
+from tests.unit.test_broker_network import listener as listener  # the same fixture, here on uvloop
 
 pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 3)]
-
-
-@pytest.fixture
-async def listener() -> AsyncIterator[EchoListener]:
-    served = EchoListener()
-    await served.start()
-    await served.start_serving()
-    yield served
-    await served.stop()
 
 
 async def test_the_tests_run_on_uvloop() -> None:
