@@ -113,6 +113,33 @@ async def test_seek_to_beginning_end_and_timestamp(fake: FakeCluster) -> None:
         assert [r.offset for r in await poll_values(c, 5)] == [5, 6, 7, 8, 9]
 
 
+async def test_a_seek_right_after_assign_does_not_wait_for_a_fetch_from_the_reset_position(
+    fake: FakeCluster,
+) -> None:
+    # auto.offset.reset applies when records or a position are first asked for, not at assign(): else the
+    # consumer would already be long-polling at the end (fetch.max.wait.ms) when the seek comes.
+    fake.append_raw("t", 0, batch(0, 5))
+    async with consumer(fake, auto_offset_reset="latest", fetch_max_wait_ms=5_000) as c:
+        c.assign([TP])
+        await asyncio.sleep(0.2)  # time enough for a reset and a fetch to start, were they sent at assign()
+        c.seek(TP, 0)
+        started = asyncio.get_running_loop().time()
+        records = await c.poll(timeout_ms=3_000)
+        waited = asyncio.get_running_loop().time() - started
+    assert [r.offset for r in records.get(TP, [])] == [0, 1, 2, 3, 4]
+    assert waited < 2.5, f"the first poll waited {waited:.1f} s"
+
+
+async def test_without_a_seek_the_reset_applies_at_the_first_poll_or_position(fake: FakeCluster) -> None:
+    fake.append_raw("t", 0, batch(0, 5))
+    async with consumer(fake, auto_offset_reset="latest") as c:
+        c.assign([TP])
+        assert await c.position(TP) == 5
+    async with consumer(fake, auto_offset_reset="earliest") as c:
+        c.assign([TP])
+        assert [r.offset for r in await poll_values(c, 5)] == [0, 1, 2, 3, 4]
+
+
 async def test_offset_lookups(fake: FakeCluster) -> None:
     fake.append_raw("t", 0, batch(0, 10))
     other = TopicPartition("t", 1)

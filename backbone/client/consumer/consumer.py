@@ -219,6 +219,7 @@ class AsyncConsumer(AsyncClient):
         """The offset of the next record poll will return, looking it up first if it was reset."""
         await self.start()
         state = self._state(partition)
+        self.fetcher.positions_wanted = True
         deadline = time.monotonic() + (timeout_ms or self.config["request.timeout.ms"]) / 1000
         while state.position is None or state.reset_to is not None:
             if state.error is not None:
@@ -250,6 +251,9 @@ class AsyncConsumer(AsyncClient):
         """
         self._check_open()
         await self.start()
+        if not self.fetcher.positions_wanted:
+            self.fetcher.positions_wanted = True
+            self.fetcher.wakeup()
         limit = max_records or self.config["max.poll.records"]
         deadline = time.monotonic() + timeout_ms / 1000
         group = self.group if self._subscribed else None

@@ -161,6 +161,10 @@ class Fetcher:
         self.timeout_ms: int = config["request.timeout.ms"] + self.max_wait_ms
         self.backoff_s: float = config["retry.backoff.ms"] / 1000
         self._deserialize = deserialize
+        # A partition without a position takes auto.offset.reset only once the application asks for records or
+        # a position (poll, position), as Kafka's consumer does: a seek() right after assign() then starts the
+        # reading, with no fetch from the reset position (a long-poll at the end) to wait for first.
+        self.positions_wanted = False
         self._busy_nodes: set[int] = set()
         self._wakeup = asyncio.Event()
         self.data_ready = asyncio.Event()
@@ -195,6 +199,8 @@ class Fetcher:
             if state.paused or state.error is not None or state.awaiting_committed or state.awaiting_listener:
                 continue
             if state.reset_to is None and state.fetch_position is None:
+                if not self.positions_wanted:
+                    continue
                 if self.default_reset is None:
                     state.error = OffsetOutOfRangeError(
                         f"{tp} has no position and auto.offset.reset is none; seek() it first"
