@@ -27,7 +27,6 @@ import requests
 from backbone.client import Consumer, KafkaClientError, Producer, TopicPartition
 from backbone.coordination import find_free_port
 from backbone.mirror import provenance
-from backbone.protocol.errors import KafkaError
 
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 CLUSTERS = ("dc1", "dc2", "aggregate")
@@ -308,7 +307,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         assert partitions, f"topic {topic} has no partitions at {bootstrap}"
         consumer.assign(partitions)
-        ends = end_offsets_once_leaders_settle(consumer, partitions)
+        ends = consumer.end_offsets(partitions)  # retried while leaders settle after a fault
         consumer.seek_to_beginning(*partitions)
         records: list = []
         deadline = time.monotonic() + timeout_s
@@ -317,19 +316,6 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list:
             for batch in consumer.poll(timeout_ms=500).values():
                 records.extend(batch)
         return records
-
-
-def end_offsets_once_leaders_settle(consumer: Consumer, partitions: list, attempts: int = 10) -> dict:
-    """End offsets, asked again while a leadership that just moved (after a fault) is not yet known to
-    this client: NOT_LEADER_OR_FOLLOWER and the like are retriable, and bounded here."""
-    for attempt in range(attempts):
-        try:
-            return consumer.end_offsets(partitions)
-        except KafkaError as error:
-            if not error.retriable or attempt == attempts - 1:
-                raise
-            time.sleep(1)  # give the client's metadata refresh a moment before asking again
-    raise AssertionError("unreachable")
 
 
 def lost_in_source(traffic: Traffic, records: Iterable) -> list[int]:

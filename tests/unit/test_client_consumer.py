@@ -26,7 +26,7 @@ from backbone.client.structs import (
 from backbone.protocol.compression import Codec
 from backbone.protocol.errors import OffsetOutOfRangeError
 from backbone.protocol.records import RecordBatchBuilder
-from backbone.wire.errors import IllegalStateError
+from backbone.wire.errors import IllegalStateError, KafkaTimeoutError
 from tests.helpers.fake_cluster import FakeCluster
 
 pytestmark = [pytest.mark.unit, pytest.mark.fake_topic("t", 2)]
@@ -150,6 +150,25 @@ async def test_offset_lookups(fake: FakeCluster) -> None:
         assert found == {TP: OffsetAndTimestamp(4, T0 + 40), other: None}
         assert await c.partitions_for_topic("t") == {0, 1}
         assert "t" in await c.topics()
+
+
+async def test_offset_lookups_follow_a_moved_leader_instead_of_failing(fake: FakeCluster) -> None:
+    fake.append_raw("t", 0, batch(0, 3))
+    async with consumer(fake, retry_backoff_ms=10) as c:
+        assert await c.end_offsets([TP]) == {TP: 3}
+        # The consumer's metadata still names broker 0, which now answers NOT_LEADER_OR_FOLLOWER.
+        fake.move_leader("t", 0, 1)
+        fake.append_raw("t", 0, batch(3, 2))
+        assert await c.end_offsets([TP]) == {TP: 5}
+        assert await c.beginning_offsets([TP]) == {TP: 0}
+
+
+async def test_an_offset_lookup_that_keeps_failing_gives_up_at_the_api_timeout(fake: FakeCluster) -> None:
+    async with consumer(fake, retry_backoff_ms=10, default_api_timeout_ms=300) as c:
+        await c.end_offsets([TP])
+        fake.partition("t", 0).leader = 7  # a broker no metadata answer will name as reachable
+        with pytest.raises(KafkaTimeoutError, match=r"default\.api\.timeout\.ms"):
+            await c.end_offsets([TP])
 
 
 async def poll_capped(c: AsyncConsumer, cap: int, expected: int) -> list[ConsumerRecord]:

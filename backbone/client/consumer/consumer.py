@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -40,12 +41,20 @@ from backbone.client.structs import (
     RecordList,
     TopicPartition,
 )
-from backbone.wire.errors import ClientClosedError, IllegalStateError, KafkaTimeoutError
+from backbone.protocol.errors import KafkaError
+from backbone.wire.errors import (
+    ClientClosedError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+)
 
 if TYPE_CHECKING:
     from backbone.client.consumer.group import ConsumerGroup
 
 __all__ = ["AsyncConsumer"]
+
+log = logging.getLogger(__name__)
 
 # Room for the response's own fields around fetch.max.bytes of records.
 _RESPONSE_MARGIN = 1024 * 1024
@@ -359,11 +368,34 @@ class AsyncConsumer(AsyncClient):
     # -- offsets lookups --------------------------------------------------------------------------
 
     async def _lookup(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets for `targets`, asked again (with fresh metadata) while a leader is moving or
+        unreachable, as Kafka's consumer does, until default.api.timeout.ms passes."""
         await self.start()
         topics = {tp.topic for tp in targets}
         self.cluster.add_topics(topics)
+        deadline = time.monotonic() + self._api_timeout(None)
         for topic in topics:
             await self.cluster.wait_for_topic(topic, self.config["request.timeout.ms"])
+        while True:
+            try:
+                return await self._lookup_once(targets)
+            except (KafkaError, KafkaConnectionError, KafkaTimeoutError) as error:
+                retriable = not isinstance(error, KafkaError) or error.retriable
+                remaining = deadline - time.monotonic()
+                if not retriable:
+                    raise
+                if remaining <= 0:
+                    raise KafkaTimeoutError(
+                        f"offsets of {sorted(targets)} not found within default.api.timeout.ms "
+                        f"({self.config['default.api.timeout.ms']} ms); last error: {error}"
+                    ) from error
+                log.info("event=offsets_lookup_retry error=%s", error)
+                # A retry waits for metadata newer than the answer that pointed at the old leader.
+                await self.cluster.wait_for_update(min(remaining, self.config["retry.backoff.max.ms"] / 1000))
+
+    async def _lookup_once(
+        self, targets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
         by_leader: dict[int, dict[TopicPartition, int]] = collections.defaultdict(dict)
         for tp, target in targets.items():
             leader = self.cluster.metadata.leader_for(tp)
