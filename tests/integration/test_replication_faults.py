@@ -29,7 +29,9 @@ class DevCluster:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.topology = topology.up(directory, clusters=("dc1",), brokers=3, progress=lambda _: None)
+        self.topology = topology.up(
+            directory, clusters=("dc1",), brokers=3, progress=lambda _: None, preferred_ports=False
+        )
         cluster = self.topology.data["clusters"]["dc1"]
         self.bootstrap = cluster["bootstrap"]
         self.store = ClusterStore(cluster["zookeeper"], session_timeout=10.0)
