@@ -99,7 +99,8 @@ async def test_a_buffer_that_never_frees_fails_the_rest_of_the_run(fake: FakeClu
 
 
 async def test_an_unknown_partition_is_refused(fake: FakeCluster) -> None:
-    async with producer(fake) as p:
+    # The producer waits up to max.block.ms for the partition to appear (the topic may have just grown).
+    async with producer(fake, max_block_ms=300) as p:
         with pytest.raises(ValueError, match="has no partition 9"):
             await p.send_many("t", 9, rows(1))
 

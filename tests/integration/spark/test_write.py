@@ -187,8 +187,9 @@ def test_a_row_for_a_partition_the_topic_lacks_fails_the_task(live_broker):
         [pa.array([b"v"], pa.binary()), pa.array([5], pa.int32())], ["value", "partition"]
     )
     columns = Columns(key=False, topic=False, partition=True, headers=False)
+    # The producer waits up to max.block.ms for the partition to appear (the topic may have just grown).
     with pytest.raises(RecordWriteError, match="has no partition 5"):
-        write_batches(live_broker, columns, [batch], topic=topic)
+        write_batches(live_broker, columns, [batch], topic=topic, **{"kafka.max.block.ms": "2000"})
 
 
 def test_a_topic_with_smaller_messages_than_the_sinks_batches_needs_a_smaller_batch_size(live_broker):
