@@ -349,7 +349,7 @@ class Broker(MetadataListener):
         """A shutdown step that needs ZooKeeper: skipped with a warning when ZooKeeper does not answer."""
         try:
             await asyncio.wait_for(self.zk(function), SHUTDOWN_ZK_TIMEOUT_S)
-        except (TimeoutError, KafkaError) as exc:
+        except (TimeoutError, KafkaError, CoordinationError) as exc:
             log.warning("event=shutdown_step_skipped step=%r error=%r", what, str(exc) or "timed out")
 
     async def _controlled_shutdown(self) -> None:
@@ -364,7 +364,7 @@ class Broker(MetadataListener):
             await asyncio.wait_for(
                 self.zk(self.store.announce_controlled_shutdown, self.broker_id), SHUTDOWN_ZK_TIMEOUT_S
             )
-        except (TimeoutError, KafkaError) as exc:
+        except (TimeoutError, KafkaError, CoordinationError) as exc:
             log.warning("event=controlled_shutdown_skipped error=%r", str(exc) or "timed out")
             return
         while (movable := self._movable_leaderships()) and time.monotonic() < deadline:
