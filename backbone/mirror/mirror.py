@@ -539,11 +539,12 @@ class Mirror(ConsumerRebalanceListener):
                 found[tp] = max(0, high - position)
         return found
 
-    def _report_progress(self) -> None:
+    def _report_progress(self, final: bool = False) -> None:
+        """A progress line every progress.interval.ms (0: none), and a last one as the mirror stops."""
         interval = self.config.progress_interval_ms / 1000
         now = time.monotonic()
         then, copied_then = self._last_progress
-        if interval <= 0 or now - then < interval:
+        if interval <= 0 or (now - then < interval and not final):
             return
         copied = self.metrics.copied_total
         lag = self.lag()
@@ -551,7 +552,7 @@ class Mirror(ConsumerRebalanceListener):
         log.info(
             "event=mirror_progress copied=%d rate=%.0f/s partitions=%d lag=%d stopped=%d",
             copied,
-            (copied - copied_then) / (now - then),
+            (copied - copied_then) / max(now - then, 1e-6),
             len(self.consumer.assignment()),
             sum(lag.values()),
             len(stopped),
@@ -565,6 +566,7 @@ class Mirror(ConsumerRebalanceListener):
             await self._settle_all(_CLOSE_STEP_S)
         with contextlib.suppress(KafkaError, KafkaClientError):
             await self._commit(None)
+        self._report_progress(final=True)
         if self.audit is not None:
             if self._audit_publishing is not None:  # its counts stay unacknowledged: close publishes them
                 self._audit_publishing.cancel()
