@@ -17,11 +17,13 @@ from backbone.coordination import (
     BrokerRegistration,
     ClusterStore,
     ControllerInfo,
+    CoordinationError,
     PartitionState,
     TopicAssignment,
     Watch,
 )
 from backbone.protocol import TopicPartition
+from backbone.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,10 @@ class MetadataListener:
     def on_topic_deleted(self, topic: str) -> None: ...
 
     def on_topic_changed(self, topic: str) -> None: ...
+
+    def on_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
+        """A topic's config overrides, read as its watch is installed: before its assignment is applied,
+        so its logs never take a record the overrides would refuse (a compacted topic's keyless ones)."""
 
     def on_controller_changed(self, controller_id: int) -> None: ...
 
@@ -154,10 +160,20 @@ class MetadataSync:
         callback = self._threadsafe(lambda assignment: self._topic_changed(topic, assignment))
 
         def install() -> None:
+            try:
+                overrides = self.store.get_topic_config(topic)
+            except (KafkaError, CoordinationError) as exc:  # the broker reads it again when the topic appears
+                log.warning("event=topic_config_unreadable topic=%s error=%r", topic, str(exc))
+            else:  # queued before the watch's first report, so applied before the assignment
+                self.loop.call_soon_threadsafe(self._run, self._config_read, (topic, overrides))
             watch = self.store.watch_topic(topic, callback)
             self.loop.call_soon_threadsafe(self._installed, self._topic_watches, topic, watch)
 
         self.loop.run_in_executor(None, install)
+
+    def _config_read(self, topic: str, overrides: dict[str, str]) -> None:
+        if topic in self._topic_watches:
+            self._notify("on_topic_config", topic, overrides)
 
     def _installed(self, registry: dict, key: object, watch: Watch) -> None:
         if self._closed or not isinstance(registry.get(key), _PendingWatch):

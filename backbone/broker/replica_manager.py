@@ -214,6 +214,9 @@ class ReplicaManager(MetadataListener):
         self.topic_configs.pop(topic, None)
         self.log_manager.set_topic_config(topic, None)
 
+    def on_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
+        self.apply_topic_config(topic, overrides)
+
     def apply_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
         """Per-topic log settings (retention, segments, ...) on top of the broker's defaults."""
         self.topic_configs[topic] = dict(overrides)

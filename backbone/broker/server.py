@@ -452,7 +452,7 @@ class Broker(MetadataListener):
 
     def on_topic_changed(self, topic: str) -> None:
         self.metadata_generation += 1
-        if topic not in self.replicas.topic_configs:
+        if topic not in self.replicas.topic_configs:  # MetadataSync could not read it before the assignment
             asyncio.get_running_loop().create_task(self._load_topic_config(topic))
 
     async def _load_topic_config(self, topic: str) -> None:
