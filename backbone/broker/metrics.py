@@ -211,9 +211,17 @@ class _StateCollector:
                 1 for s in list(broker.cache.states.values()) if s.leader < 0 or s.leader not in live
             )
         yield _gauge("offline_partitions", "On the controller: partitions without a live leader", offline)
+        yield _gauge(
+            "fetch_sessions", "Incremental fetch sessions (KIP-227) held", len(broker.fetch_sessions)
+        )
         for name, help_text, value in (
             ("isr_shrinks", "Times a led partition's ISR shrank", replicas.isr_shrinks),
             ("isr_expands", "Times a led partition's ISR grew", replicas.isr_expands),
+            (
+                "fetch_session_evictions",
+                "Fetch sessions evicted to make room for new ones",
+                broker.fetch_sessions.evictions,
+            ),
         ):
             counter = CounterMetricFamily(f"{PREFIX}_{name}", help_text)
             counter.add_metric([], value)

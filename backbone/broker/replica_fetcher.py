@@ -4,7 +4,8 @@ One fetcher per leader broker. It first truncates each new partition to where it
 leader's agree (OffsetForLeaderEpoch, KIP-101/279: never to the high watermark blindly), then fetches from
 its log end offset in a loop (long-polling `replica.fetch.wait.max.ms` on the leader), appends what comes
 back as it is, and takes the leader's high watermark and log start offset. The offsets it fetches at are
-how the leader learns what this follower holds.
+how the leader learns what this follower holds. The fetches run in an incremental fetch session (KIP-227):
+each names only the partitions that moved, each answer only the partitions with news.
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ from kio.schema.errors import ErrorCode
 from backbone.broker.partition import Partition
 from backbone.log.append import UnexpectedAppendOffsetError
 from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import KafkaError, error_for
+from backbone.protocol.errors import (
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
+    KafkaError,
+    error_for,
+)
 from backbone.wire.connection import BrokerConnection, encode_kio
 from backbone.wire.errors import KafkaClientError
 from backbone.wire.fetch import FetchedPartition, decode_fetch_response
-from backbone.wire.messages import group_by_topic
+from backbone.wire.fetch_session import FetchSessionBuilder
+from backbone.wire.messages import group_by_topic, indexes_by_topic
 from backbone.wire.security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -80,6 +87,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._connection: BrokerConnection | None = None
+        self._session = FetchSessionBuilder()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -170,6 +178,7 @@ class ReplicaFetcher:
         return self._connection
 
     async def _drop_connection(self) -> None:
+        self._session.failed()
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
@@ -256,19 +265,18 @@ class ReplicaFetcher:
             return
         settings = self.settings
         sent = {key: (f, f.partition.log.log_end_offset) for key, f in ready}
-        rows = (
-            (
-                key,
-                {
-                    "partition": key[1],
-                    "current_leader_epoch": f.leader_epoch,
-                    "fetch_offset": offset,
-                    "log_start_offset": f.partition.log.log_start_offset,
-                    "partition_max_bytes": settings.partition_max_bytes,
-                },
-            )
+        wanted = {
+            key: {
+                "partition": key[1],
+                "current_leader_epoch": f.leader_epoch,
+                "fetch_offset": offset,
+                "log_start_offset": f.partition.log.log_start_offset,
+                "partition_max_bytes": settings.partition_max_bytes,
+            }
             for key, (f, offset) in sent.items()
-        )
+        }
+        # In a fetch session only the partitions whose row moved are named; the leader still reads them all.
+        session_id, epoch, rows, forgotten = self._session.next_request(wanted)
         response = await connection.request(
             ApiKey.FETCH,
             encode_kio(
@@ -278,14 +286,20 @@ class ReplicaFetcher:
                 min_bytes=settings.min_bytes,
                 max_bytes=settings.max_bytes,
                 isolation_level=0,
-                session_id=0,
-                session_epoch=-1,
-                topics=group_by_topic(rows, "topic"),
+                session_id=session_id,
+                session_epoch=epoch,
+                topics=group_by_topic(rows.items(), "topic"),
+                forgotten_topics_data=indexes_by_topic(forgotten, "topic", "partitions"),
             ),
             decode_fetch_response,
         )
         if response.error_code:
-            raise error_for(response.error_code, f"Fetch from leader {self.leader_id}")
+            error = error_for(response.error_code, f"Fetch from leader {self.leader_id}")
+            self._session.failed(error)
+            if isinstance(error, FetchSessionIdNotFoundError | InvalidFetchSessionEpochError):
+                return  # evicted, or the leader restarted: the next fetch opens a new session
+            raise error
+        self._session.answered(response.session_id)
         for topic, answers in response.topics:
             for answer in answers:
                 key = (topic, answer.partition)

@@ -19,6 +19,7 @@ from backbone.broker.config import BrokerConfig
 from backbone.broker.connection_limits import ConnectionLimits
 from backbone.broker.controller.control_loop import Controller
 from backbone.broker.controller.liveness import Liveness
+from backbone.broker.fetch_sessions import FetchSessionCache
 from backbone.broker.group_coordination import GroupCoordination
 from backbone.broker.handlers.admin_common import MetadataWaiter
 from backbone.broker.handlers.broker_configs import apply_dynamic
@@ -128,6 +129,10 @@ class Broker(MetadataListener):
         budget = config["queued.max.request.bytes"]
         self.request_memory = RequestMemory(budget) if budget >= 0 else None
         self.quotas = QuotaManager(config.values)
+        self.fetch_sessions = FetchSessionCache(
+            config["max.incremental.fetch.session.cache.slots"],
+            config["min.incremental.fetch.session.eviction.ms"],
+        )
         self.listeners: list[Listener] = []
         self.sync: MetadataSync | None = None
         self._config_watch: Watch | None = None

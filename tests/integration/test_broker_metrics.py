@@ -76,6 +76,7 @@ def test_a_brokers_metrics_move_with_traffic_and_with_a_killed_follower(broker_f
     ]
     assert produce_latency and produce_latency[0] > 0
     assert value(after, "backbone_broker_connections", listener="PLAINTEXT") >= 1
+    assert value(after, "backbone_broker_fetch_sessions") >= 1  # the follower's replica fetcher holds one
 
     brokers[follower].kill()
     wait_for(

@@ -3,8 +3,8 @@
 The answer waits up to `max_wait_ms` for `min_bytes` to accumulate (an append to any asked partition wakes
 it). Records leave as file regions (see region_sender); sizes respect `partition_max_bytes` and the
 request's `max_bytes`, except that the first non-empty partition always gets at least one whole batch so
-a consumer can make progress (KIP-74). Fetch sessions (KIP-227) are declined with session id 0; clients
-then send full requests.
+a consumer can make progress (KIP-74). A fetcher that opens a fetch session (KIP-227, fetch_sessions) names
+only the partitions that changed, and is answered only the partitions with news.
 
 A follower's fetch (replica id >= 0) reads up to the log end, not the high watermark, and the offset it
 asks for tells the leader what the follower holds (which moves the high watermark and the ISR).
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from backbone.broker.fetch_sessions import FetchSessionCache
 from backbone.broker.handlers.common import error_code_of, millis
 from backbone.broker.network import Handler, RequestContext
 from backbone.broker.quotas import charge_fetch, fetch_byte_limit
@@ -36,16 +38,29 @@ if TYPE_CHECKING:
     from backbone.broker.security.authorizer import Authorizer
 
 
-def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: BrokerMetrics | None) -> Handler:
+def fetch_handler(
+    replicas: ReplicaManager,
+    authorizer: Authorizer,
+    metrics: BrokerMetrics | None,
+    sessions: FetchSessionCache | None = None,
+) -> Handler:
+    sessions = sessions if sessions is not None else FetchSessionCache()
+
     async def handle(context: RequestContext) -> list[Chunk]:
         request = context.decode()
-        deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
-        denied = _denied(authorizer, context, request)
         follower = request.replica_id >= 0
+        try:
+            plan = sessions.plan(request, privileged=follower)
+        except KafkaError as exc:
+            return encode_fetch_response(context.api_version, [], error_code=exc.code)
+        deadline = time.monotonic() + max(0, millis(request.max_wait)) / 1000
+        denied = _denied(authorizer, context, request.replica_id, [topic for topic, _ in plan.to_read])
         # Replication is not a client: no client quota applies to a follower's fetch.
         max_bytes = request.max_bytes if follower else fetch_byte_limit(context, request.max_bytes)
         while True:
-            topics, total, readable, full, failed = _read(replicas, request, denied, max_bytes)
+            topics, total, readable, full, failed = _read(
+                replicas, plan.to_read, request.replica_id, max_bytes, denied
+            )
             remaining = deadline - time.monotonic()
             if total >= request.min_bytes or remaining <= 0 or failed or full or not readable:
                 break
@@ -59,10 +74,16 @@ def fetch_handler(replicas: ReplicaManager, authorizer: Authorizer, metrics: Bro
         elif charge_fetch(context, total):
             # Throttled: answered at once without records, the client asks again after the throttle time.
             assert context.throttle_ms is not None
-            return encode_fetch_response(context.api_version, [], throttle_time_ms=context.throttle_ms)
+            return encode_fetch_response(
+                context.api_version,
+                [],
+                throttle_time_ms=context.throttle_ms,
+                session_id=plan.throttled_session_id(),
+            )
         if metrics is not None and total:
             metrics.sent(topics)
-        return encode_fetch_response(context.api_version, topics, session_id=0)
+        answered, session_id = plan.answer(topics)
+        return encode_fetch_response(context.api_version, answered, session_id=session_id)
 
     return handle
 
@@ -90,37 +111,41 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def _denied(authorizer: Authorizer, context: RequestContext, request: Any) -> frozenset[str]:
+def _denied(
+    authorizer: Authorizer, context: RequestContext, replica_id: int, topics: Sequence[str]
+) -> frozenset[str]:
     """Topics this fetch may not read: followers need CLUSTER_ACTION, consumers READ on each topic."""
     if not authorizer.enabled:
         return frozenset()
-    if request.replica_id >= 0:
+    if replica_id >= 0:
         allowed = authorizer.check_cluster(context, "CLUSTER_ACTION")
-        return frozenset() if allowed else frozenset(t.topic for t in request.topics)
-    return frozenset(
-        t.topic for t in request.topics if not authorizer.check(context, "READ", "TOPIC", t.topic)
-    )
+        return frozenset() if allowed else frozenset(topics)
+    return frozenset(topic for topic in topics if not authorizer.check(context, "READ", "TOPIC", topic))
 
 
 def _read(
-    replicas: ReplicaManager, request: Any, denied: frozenset[str] = frozenset(), max_bytes: int | None = None
+    replicas: ReplicaManager,
+    to_read: Sequence[tuple[str, Sequence[Any]]],
+    replica_id: int,
+    max_bytes: int,
+    denied: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool, bool]:
     """The answer as it stands, its records' size, the partitions read, whether the size limit left records
-    out, and whether any partition failed."""
-    budget = request.max_bytes if max_bytes is None else max_bytes
-    replica_id = request.replica_id
+    out, and whether any partition failed. `to_read` pairs each topic with its asked partitions (each with
+    partition, fetch_offset, partition_max_bytes and, from v9, current_leader_epoch)."""
+    budget = max_bytes
     total = 0
     failed = full = False
     readable: list[Partition] = []
     topics = []
-    for topic in request.topics:
+    for topic_name, asked_partitions in to_read:
         results = []
-        for asked in topic.partitions:
+        for asked in asked_partitions:
             result = FetchPartitionResult(asked.partition)
             try:
-                if topic.topic in denied:
-                    raise TopicAuthorizationFailedError(f"not authorized to read {topic.topic}")
-                partition = replicas.leader_partition(topic.topic, asked.partition)
+                if topic_name in denied:
+                    raise TopicAuthorizationFailedError(f"not authorized to read {topic_name}")
+                partition = replicas.leader_partition(topic_name, asked.partition)
                 # Fetch v4-v8 carry no leader epoch: such a fetcher does not fence.
                 check_leader_epoch(partition, getattr(asked, "current_leader_epoch", -1))
                 limit = min(asked.partition_max_bytes, budget)
@@ -147,7 +172,7 @@ def _read(
                 result.records = b""
                 failed = True
             results.append(result)
-        topics.append((topic.topic, results))
+        topics.append((topic_name, results))
     return topics, total, readable, full, failed
 
 

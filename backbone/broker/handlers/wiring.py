@@ -63,7 +63,11 @@ def _handler_families(broker: Broker) -> list[Mapping[ApiKey, Handler]]:
         {ApiKey.API_VERSIONS: api_versions_handler(broker.api_table)},
         {ApiKey.METADATA: metadata},
         {ApiKey.PRODUCE: produce_handler(broker.replicas, broker.authorizer, broker.config, broker.metrics)},
-        {ApiKey.FETCH: fetch_handler(broker.replicas, broker.authorizer, broker.metrics)},
+        {
+            ApiKey.FETCH: fetch_handler(
+                broker.replicas, broker.authorizer, broker.metrics, broker.fetch_sessions
+            )
+        },
         {ApiKey.LIST_OFFSETS: list_offsets_handler(broker.replicas)},
         {ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch_handler(broker.replicas)},
         {ApiKey.INIT_PRODUCER_ID: init_producer_id_handler(allocator)},
