@@ -87,7 +87,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._connection: BrokerConnection | None = None
-        self._session = FetchSessionBuilder()
+        self._session: FetchSessionBuilder[tuple[str, int]] = FetchSessionBuilder()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 

@@ -10,7 +10,7 @@ epoch 0 and the old id, which closes that session on the leader and opens a new 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from backbone.protocol.errors import FetchSessionIdNotFoundError
 
@@ -18,20 +18,32 @@ INITIAL_EPOCH = 0
 _MAX_EPOCH = 2**31 - 1
 
 Row = Mapping[str, Any]
+K = TypeVar("K", bound=tuple[str, int])  # a partition: (topic, index), or a TopicPartition
 
 
-class FetchSessionBuilder:
+class FetchSessionBuilder(Generic[K]):
     def __init__(self) -> None:
         self.session_id = 0
         self.epoch = INITIAL_EPOCH
-        self._held: dict[tuple[str, int], Row] = {}  # partition -> the row the leader's session holds
-        self._pending: dict[tuple[str, int], Row] | None = None
+        self._held: dict[K, Row] = {}  # partition -> the row the leader's session holds
+        self._pending: dict[K, Row] | None = None
+        self._owners: dict[K, int] = {}  # partition -> whom its answers went to
+        self._pending_owners: dict[K, int] = {}
 
     def next_request(
-        self, wanted: Mapping[tuple[str, int], Row]
-    ) -> tuple[int, int, dict[tuple[str, int], Row], list[tuple[str, int]]]:
-        """(session id, epoch, the rows to send, the partitions to forget) for a fetch of `wanted`."""
+        self, wanted: Mapping[K, Row], owners: Mapping[K, int] | None = None
+    ) -> tuple[int, int, dict[K, Row], list[K]]:
+        """(session id, epoch, the rows to send, the partitions to forget) for a fetch of `wanted`.
+
+        `owners` names whom each partition's answers are for (a consumer's state of it). The leader answers
+        a session's partition only with news, so a new owner would never hear what the old one was told (the
+        high watermark of a partition idle since): a change of owner makes the fetch full again."""
         self._pending = dict(wanted)
+        if owners is not None:
+            changed = any(self._owners.get(key, owner) != owner for key, owner in owners.items())
+            self._pending_owners = dict(owners)
+            if changed:
+                self.epoch = INITIAL_EPOCH
         if self.epoch == INITIAL_EPOCH:
             return self.session_id, INITIAL_EPOCH, dict(wanted), []
         send = {key: row for key, row in wanted.items() if self._held.get(key) != row}
@@ -48,6 +60,7 @@ class FetchSessionBuilder:
         self.session_id = session_id
         self.epoch = 1 if self.epoch == _MAX_EPOCH else self.epoch + 1
         self._held, self._pending = self._pending, None
+        self._owners = self._pending_owners
 
     def failed(self, error: Exception | None = None) -> None:
         """The fetch failed (a session error, a lost connection): the next one is full."""
@@ -58,3 +71,4 @@ class FetchSessionBuilder:
         self.epoch = INITIAL_EPOCH
         self._held = {}
         self._pending = None
+        self._owners = {}

@@ -204,3 +204,19 @@ def test_after_a_failure_the_builder_starts_over_with_a_full_fetch() -> None:
     assert builder.next_request({("t", 0): row(3)})[:2] == (0, 0)
     builder.answered(0)  # the leader had no slot: keep fetching in full
     assert builder.next_request({("t", 0): row(3)})[:2] == (0, 0)
+
+
+def test_a_partition_with_a_new_owner_makes_the_fetch_full_again() -> None:
+    # A consumer's partition assigned anew gets a new state; the leader would answer it only with news, so
+    # the new state would never learn the high watermark of an idle partition: the builder starts over.
+    builder = FetchSessionBuilder()
+    builder.next_request({("t", 0): row(3), ("t", 1): row(0)}, owners={("t", 0): 1, ("t", 1): 2})
+    builder.answered(9)
+    assert builder.next_request({("t", 0): row(3), ("t", 1): row(0)}, owners={("t", 0): 1, ("t", 1): 2})[
+        :3
+    ] == (9, 1, {})
+    builder.answered(9)
+    session_id, epoch, rows, _ = builder.next_request(
+        {("t", 0): row(3), ("t", 1): row(0)}, owners={("t", 0): 1, ("t", 1): 3}
+    )
+    assert (session_id, epoch, set(rows)) == (9, 0, {("t", 0), ("t", 1)})

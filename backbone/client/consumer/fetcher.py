@@ -7,8 +7,9 @@ out before a single record is decoded, and the network works while the applicati
 most `_MAX_BUFFERED` answers wait per partition, which bounds memory at about that many times
 `fetch.max.bytes`.
 
-One Fetch is in flight per broker (the leader of the partitions in it); answers for a partition that was
-sought or unassigned since the request went out are dropped (each seek bumps the partition's generation).
+One Fetch is in flight per broker (the leader of the partitions in it), in a fetch session (KIP-227) with that
+broker where it offers one; answers for a partition that was sought or unassigned since the request went out
+are dropped (each seek bumps the partition's generation).
 Offsets that must be looked up first (`seek_to_beginning`/`seek_to_end`, `auto.offset.reset`) are resolved
 with ListOffsets by the same loop.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ from backbone.client.structs import ConsumerRecord, RecordList, TimestampType, T
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     ErrorCode,
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
     KafkaError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -44,7 +48,8 @@ from backbone.protocol.records import ControlType, DecodedBatch, Record, control
 from backbone.wire.connection import encode_kio
 from backbone.wire.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
 from backbone.wire.fetch import FetchedPartition, decode_fetch_response
-from backbone.wire.messages import group_by_topic
+from backbone.wire.fetch_session import FetchSessionBuilder
+from backbone.wire.messages import group_by_topic, indexes_by_topic
 
 __all__ = ["EARLIEST", "LATEST", "CompletedFetch", "Fetcher", "PartitionState"]
 
@@ -53,6 +58,7 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 _MAX_BUFFERED = 2
+_state_serials = itertools.count(1)
 _new_tuple = tuple.__new__
 _CREATE = TimestampType.CREATE_TIME
 _APPEND = TimestampType.LOG_APPEND_TIME
@@ -104,6 +110,8 @@ class PartitionState:
     awaiting_listener: bool = False
     """Not fetched yet: newly assigned, and the rebalance listener's `on_partitions_assigned` (which may
     seek it) has not returned."""
+    serial: int = field(default_factory=lambda: next(_state_serials))
+    """Tells this state from an earlier one of the same partition (to its fetch session)."""
 
     def seek(self, offset: int | None, reset_to: int | None = None) -> None:
         self.position = self.fetch_position = offset
@@ -170,6 +178,7 @@ class Fetcher:
         self.data_ready = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
+        self._sessions: dict[int, FetchSessionBuilder[TopicPartition]] = {}  # per broker
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -299,10 +308,18 @@ class Fetcher:
     async def _fetch(self, node_id: int, parts: list[tuple[TopicPartition, PartitionState]]) -> None:
         sent = {tp: (state.generation, state.fetch_position) for tp, state in parts}
         limit = self.partition_max_bytes
-        rows = [
-            (tp, {"partition": tp.partition, "fetch_offset": offset, "partition_max_bytes": limit})
+        wanted = {
+            tp: {"partition": tp.partition, "fetch_offset": offset, "partition_max_bytes": limit}
             for tp, (_, offset) in sent.items()
-        ]
+        }
+        # A fetch session (KIP-227) per broker: only the partitions that moved are named, and only those with
+        # news come back. Partitions not fetched this time (paused, buffered enough) are forgotten meanwhile.
+        session: FetchSessionBuilder[TopicPartition] = self._sessions.setdefault(
+            node_id, FetchSessionBuilder()
+        )
+        session_id, epoch, rows, forgotten = session.next_request(
+            wanted, owners={tp: state.serial for tp, state in parts}
+        )
         try:
             response = await self.cluster.request(
                 node_id,
@@ -314,19 +331,25 @@ class Fetcher:
                     min_bytes=self.min_bytes,
                     max_bytes=self.max_bytes,
                     isolation_level=self.isolation,
-                    session_id=0,
-                    session_epoch=-1,
-                    topics=group_by_topic(rows, "topic"),
+                    session_id=session_id,
+                    session_epoch=epoch,
+                    topics=group_by_topic(rows.items(), "topic"),
+                    forgotten_topics_data=indexes_by_topic(forgotten, "topic", "partitions"),
                 ),
                 decode_fetch_response,
                 timeout_ms=self.timeout_ms,
             )
         except (KafkaClientError, KafkaError) as error:
+            session.failed(error)
             await self._backoff_after(error, f"fetch from node {node_id}")
             return
         if response.error_code:
-            await self._backoff_after(error_for(response.error_code, "Fetch"), f"fetch from node {node_id}")
-            return
+            refused = error_for(response.error_code, "Fetch")
+            session.failed(refused)
+            if not isinstance(refused, FetchSessionIdNotFoundError | InvalidFetchSessionEpochError):
+                await self._backoff_after(refused, f"fetch from node {node_id}")
+            return  # a session the broker no longer has: the next fetch opens a new one at once
+        session.answered(response.session_id)
         retry = False
         for topic, partitions in response.topics:
             for fetched in partitions:
