@@ -55,6 +55,8 @@ from backbone.protocol.record_batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
+_NOTHING_TO_READ = ReadResult(())
+
 
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
@@ -312,6 +314,11 @@ class Log:
         used. Raises OffsetOutOfRangeError below the log start or above the log end offset; at the log end
         the result is empty.
         """
+        # A reader caught up (most fetches of an idle partition) has nothing to read: answered without the
+        # lock. The offsets are plain ints, so at worst they are a moment old, as if read a moment earlier.
+        limit = self._log_end_offset if max_offset is None else min(max_offset, self._log_end_offset)
+        if offset == limit and offset >= self._log_start_offset and not self._closed:
+            return _NOTHING_TO_READ
         with self._lock:
             if self._closed:
                 raise KafkaStorageError(f"log {self.name} is closed")

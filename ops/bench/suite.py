@@ -84,6 +84,13 @@ STEPS = (
         timeout=900,
     ),
     Step(
+        "fetch-sessions",
+        "fetch_session_bench.py",
+        ("--partitions", "200", "--rate", "2000", "--seconds", "15", "--rounds", "3"),
+        ("--partitions", "50", "--rate", "500", "--seconds", "2", "--rounds", "1"),
+        timeout=600,
+    ),
+    Step(
         "batch-1",
         "batch1_bench.py",
         ("--rounds", "3", "--seconds", "10"),

@@ -155,7 +155,7 @@ def _read(
                 readable.append(partition)
                 result.high_watermark = result.last_stable_offset = high_watermark
                 result.log_start_offset = log_start_offset
-                size = read.size
+                size = read.size if read.regions else 0
                 if size and (total == 0 or size <= budget):
                     result.records = Regions(read.regions) if len(read.regions) > 1 else read.regions[0]
                     total += size
