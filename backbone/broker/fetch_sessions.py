@@ -43,6 +43,16 @@ class SessionPartition:
     answered_high_watermark: int = -1
     answered_log_start_offset: int = -1
 
+    @classmethod
+    def of(cls, asked: Any) -> SessionPartition:
+        """A partition as a Fetch names it (a kio FetchPartition; v4-v8 carry no leader epoch)."""
+        return cls(
+            asked.partition,
+            asked.fetch_offset,
+            asked.partition_max_bytes,
+            getattr(asked, "current_leader_epoch", -1),
+        )
+
     def named(self, asked: Any) -> None:
         self.fetch_offset = asked.fetch_offset
         self.partition_max_bytes = asked.partition_max_bytes
@@ -78,11 +88,9 @@ class FetchSession:
                 key = (topic.topic, asked.partition)
                 known = self.partitions.get(key)
                 if known is None:
-                    self.partitions[key] = SessionPartition(
-                        asked.partition, asked.fetch_offset, asked.partition_max_bytes
-                    )
-                    known = self.partitions[key]
-                known.named(asked)
+                    self.partitions[key] = SessionPartition.of(asked)
+                else:
+                    known.named(asked)
         for topic in forgotten:
             for index in topic.partitions:
                 self.partitions.pop((topic.topic, index), None)
@@ -133,11 +141,11 @@ class FetchPlan:
             return self.session.answer(results, everything=False), self.session.id
         if not self.opens:
             return results, 0
-        partitions: dict[tuple[str, int], SessionPartition] = {}
-        for topic, asked_partitions in self.to_read:
-            for asked in asked_partitions:
-                partition = partitions[(topic, asked.partition)] = SessionPartition(asked.partition, 0, 0)
-                partition.named(asked)
+        partitions = {
+            (topic, asked.partition): SessionPartition.of(asked)
+            for topic, asked_partitions in self.to_read
+            for asked in asked_partitions
+        }
         session = self.cache.open(self.privileged, partitions)
         if session is None:
             return results, 0
