@@ -22,12 +22,7 @@ from kio.schema.errors import ErrorCode
 from backbone.broker.partition import Partition
 from backbone.log.append import UnexpectedAppendOffsetError
 from backbone.protocol.api import ApiKey
-from backbone.protocol.errors import (
-    FetchSessionIdNotFoundError,
-    InvalidFetchSessionEpochError,
-    KafkaError,
-    error_for,
-)
+from backbone.protocol.errors import KafkaError, error_for
 from backbone.wire.connection import BrokerConnection, encode_kio
 from backbone.wire.errors import KafkaClientError
 from backbone.wire.fetch import FetchedPartition, decode_fetch_response
@@ -295,8 +290,7 @@ class ReplicaFetcher:
         )
         if response.error_code:
             error = error_for(response.error_code, f"Fetch from leader {self.leader_id}")
-            self._session.failed(error)
-            if isinstance(error, FetchSessionIdNotFoundError | InvalidFetchSessionEpochError):
+            if self._session.failed(error):
                 return  # evicted, or the leader restarted: the next fetch opens a new session
             raise error
         self._session.answered(response.session_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-from backbone.protocol.errors import FetchSessionIdNotFoundError
+from backbone.protocol.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 
 INITIAL_EPOCH = 0
 _MAX_EPOCH = 2**31 - 1
@@ -62,9 +62,11 @@ class FetchSessionBuilder(Generic[K]):
         self._held, self._pending = self._pending, None
         self._owners = self._pending_owners
 
-    def failed(self, error: Exception | None = None) -> None:
-        """The fetch failed (a session error, a lost connection): the next one is full."""
+    def failed(self, error: Exception | None = None) -> bool:
+        """The fetch failed (a session error, a lost connection): the next one is full. True when `error` was
+        the session's own (evicted, or the broker restarted): that full fetch may go at once."""
         self.reset(session_id=0 if isinstance(error, FetchSessionIdNotFoundError) else self.session_id)
+        return isinstance(error, FetchSessionIdNotFoundError | InvalidFetchSessionEpochError)
 
     def reset(self, session_id: int) -> None:
         self.session_id = session_id

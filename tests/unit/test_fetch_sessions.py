@@ -197,11 +197,15 @@ def test_after_a_failure_the_builder_starts_over_with_a_full_fetch() -> None:
     builder.next_request({("t", 0): row(0)})
     builder.answered(7)
     builder.next_request({("t", 0): row(3)})
-    builder.failed(InvalidFetchSessionEpochError("stale"))
+    assert builder.failed(InvalidFetchSessionEpochError("stale"))  # the session's own error: go again at once
     # The old id with epoch 0: the leader closes session 7 and opens a new one.
     assert builder.next_request({("t", 0): row(3)}) == (7, 0, {("t", 0): row(3)}, [])
-    builder.failed(FetchSessionIdNotFoundError("evicted"))
+    assert builder.failed(FetchSessionIdNotFoundError("evicted"))
     assert builder.next_request({("t", 0): row(3)})[:2] == (0, 0)
+    builder.answered(8)
+    builder.next_request({("t", 0): row(4)})
+    assert not builder.failed(OSError("connection reset"))  # not the session's: the caller backs off
+    assert builder.next_request({("t", 0): row(4)})[:2] == (8, 0)
     builder.answered(0)  # the leader had no slot: keep fetching in full
     assert builder.next_request({("t", 0): row(3)})[:2] == (0, 0)
 

@@ -36,8 +36,6 @@ from backbone.client.structs import ConsumerRecord, RecordList, TimestampType, T
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import (
     ErrorCode,
-    FetchSessionIdNotFoundError,
-    InvalidFetchSessionEpochError,
     KafkaError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -345,10 +343,9 @@ class Fetcher:
             return
         if response.error_code:
             refused = error_for(response.error_code, "Fetch")
-            session.failed(refused)
-            if not isinstance(refused, FetchSessionIdNotFoundError | InvalidFetchSessionEpochError):
+            if not session.failed(refused):  # a session the broker lost: the next fetch opens one at once
                 await self._backoff_after(refused, f"fetch from node {node_id}")
-            return  # a session the broker no longer has: the next fetch opens a new one at once
+            return
         session.answered(response.session_id)
         retry = False
         for topic, partitions in response.topics:
