@@ -24,10 +24,9 @@ from typing import Any
 from backbone.protocol.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from backbone.wire.chunks import chunk_length
 from backbone.wire.fetch import FetchPartitionResult
+from backbone.wire.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, next_epoch
 
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
-_MAX_EPOCH = 2**31 - 1
+_MAX_SESSION_ID = 2**31 - 1
 
 TopicResults = list[tuple[str, list[FetchPartitionResult]]]
 
@@ -58,13 +57,13 @@ class SessionPartition:
         self.partition_max_bytes = asked.partition_max_bytes
         self.current_leader_epoch = getattr(asked, "current_leader_epoch", -1)
 
-    def has_news(self, result: FetchPartitionResult) -> bool:
+    def has_news(self, result: FetchPartitionResult, with_records: bool) -> bool:
         """Whether `result` tells the fetcher anything; remembers what it told."""
         news = (
-            result.error_code != 0
+            with_records
+            or result.error_code != 0
             or result.high_watermark != self.answered_high_watermark
             or result.log_start_offset != self.answered_log_start_offset
-            or (result.records is not None and chunk_length(result.records) > 0)
         )
         self.answered_high_watermark = result.high_watermark
         self.answered_log_start_offset = result.log_start_offset
@@ -114,9 +113,10 @@ class FetchSession:
                 partition = self.partitions.get(key)
                 if partition is None:
                     continue
-                if partition.has_news(result) or everything:
+                with_records = result.records is not None and chunk_length(result.records) > 0
+                if partition.has_news(result, with_records) or everything:
                     mine.append(result)
-                    if result.records is not None and chunk_length(result.records) > 0:
+                    if with_records:
                         served.append(key)
             if mine:
                 kept.append((topic, mine))
@@ -190,7 +190,7 @@ class FetchSessionCache:
                 f"fetch session {session_id} expected epoch {session.epoch}, got {epoch}"
             )
         session.update(request.topics, getattr(request, "forgotten_topics_data", ()))
-        session.epoch = 1 if session.epoch == _MAX_EPOCH else session.epoch + 1
+        session.epoch = next_epoch(session.epoch)
         self._touch(session)
         if not session.partitions:  # everything forgotten: the session ends
             del self._sessions[session.id]
@@ -205,7 +205,7 @@ class FetchSessionCache:
             return None
         session_id = 0
         while session_id == 0 or session_id in self._sessions:
-            session_id = random.randint(1, _MAX_EPOCH)
+            session_id = random.randint(1, _MAX_SESSION_ID)
         session = FetchSession(session_id, privileged, self._clock())
         session.partitions = partitions
         self._sessions[session_id] = session

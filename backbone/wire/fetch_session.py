@@ -15,7 +15,14 @@ from typing import Any, Generic, TypeVar
 from backbone.protocol.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 
 INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
 _MAX_EPOCH = 2**31 - 1
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after `epoch`; past the largest int32 it wraps to 1 (0 and -1 mean open and close)."""
+    return 1 if epoch == _MAX_EPOCH else epoch + 1
+
 
 Row = Mapping[str, Any]
 K = TypeVar("K", bound=tuple[str, int])  # a partition: (topic, index), or a TopicPartition
@@ -26,9 +33,8 @@ class FetchSessionBuilder(Generic[K]):
         self.session_id = 0
         self.epoch = INITIAL_EPOCH
         self._held: dict[K, Row] = {}  # partition -> the row the leader's session holds
-        self._pending: dict[K, Row] | None = None
         self._owners: dict[K, int] = {}  # partition -> whom its answers went to
-        self._pending_owners: dict[K, int] = {}
+        self._pending: tuple[dict[K, Row], dict[K, int]] | None = None  # the same, for the fetch in flight
 
     def next_request(
         self, wanted: Mapping[K, Row], owners: Mapping[K, int] | None = None
@@ -38,12 +44,9 @@ class FetchSessionBuilder(Generic[K]):
         `owners` names whom each partition's answers are for (a consumer's state of it). The leader answers
         a session's partition only with news, so a new owner would never hear what the old one was told (the
         high watermark of a partition idle since): a change of owner makes the fetch full again."""
-        self._pending = dict(wanted)
-        if owners is not None:
-            changed = any(self._owners.get(key, owner) != owner for key, owner in owners.items())
-            self._pending_owners = dict(owners)
-            if changed:
-                self.epoch = INITIAL_EPOCH
+        self._pending = (dict(wanted), dict(owners or {}))
+        if owners is not None and any(self._owners.get(key, owner) != owner for key, owner in owners.items()):
+            self.epoch = INITIAL_EPOCH
         if self.epoch == INITIAL_EPOCH:
             return self.session_id, INITIAL_EPOCH, dict(wanted), []
         send = {key: row for key, row in wanted.items() if self._held.get(key) != row}
@@ -58,9 +61,8 @@ class FetchSessionBuilder(Generic[K]):
             self.reset(session_id=0)  # no slot, or the leader ended the session: full fetches again
             return
         self.session_id = session_id
-        self.epoch = 1 if self.epoch == _MAX_EPOCH else self.epoch + 1
-        self._held, self._pending = self._pending, None
-        self._owners = self._pending_owners
+        self.epoch = next_epoch(self.epoch)
+        (self._held, self._owners), self._pending = self._pending, None
 
     def failed(self, error: Exception | None = None) -> bool:
         """The fetch failed (a session error, a lost connection): the next one is full. True when `error` was
@@ -72,5 +74,5 @@ class FetchSessionBuilder(Generic[K]):
         self.session_id = session_id
         self.epoch = INITIAL_EPOCH
         self._held = {}
-        self._pending = None
         self._owners = {}
+        self._pending = None
