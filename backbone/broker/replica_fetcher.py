@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,11 +24,16 @@ from backbone.broker.partition import Partition
 from backbone.log.append import UnexpectedAppendOffsetError
 from backbone.protocol.api import ApiKey
 from backbone.protocol.errors import KafkaError, error_for
-from backbone.wire.connection import BrokerConnection, encode_kio
+from backbone.wire.connection import BrokerConnection
 from backbone.wire.errors import KafkaClientError
-from backbone.wire.fetch import FetchedPartition, decode_fetch_response
+from backbone.wire.fetch import (
+    FetchedPartition,
+    FetchRequestPartition,
+    decode_fetch_response,
+    encode_fetch_request,
+)
 from backbone.wire.fetch_session import FetchSessionBuilder
-from backbone.wire.messages import group_by_topic, indexes_by_topic
+from backbone.wire.messages import group_by_topic
 from backbone.wire.security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -261,30 +267,30 @@ class ReplicaFetcher:
         settings = self.settings
         sent = {key: (f, f.partition.log.log_end_offset) for key, f in ready}
         wanted = {
-            key: {
-                "partition": key[1],
-                "current_leader_epoch": f.leader_epoch,
-                "fetch_offset": offset,
-                "log_start_offset": f.partition.log.log_start_offset,
-                "partition_max_bytes": settings.partition_max_bytes,
-            }
+            key: FetchRequestPartition(
+                key[1],
+                offset,
+                settings.partition_max_bytes,
+                f.leader_epoch,
+                f.partition.log.log_start_offset,
+            )
             for key, (f, offset) in sent.items()
         }
         # In a fetch session only the partitions whose row moved are named; the leader still reads them all.
         session_id, epoch, rows, forgotten = self._session.next_request(wanted)
         response = await connection.request(
             ApiKey.FETCH,
-            encode_kio(
-                ApiKey.FETCH,
+            functools.partial(
+                encode_fetch_request,
                 replica_id=settings.broker_id,
-                max_wait=settings.wait_max_ms,
+                max_wait_ms=settings.wait_max_ms,
                 min_bytes=settings.min_bytes,
                 max_bytes=settings.max_bytes,
                 isolation_level=0,
+                partitions=rows,
                 session_id=session_id,
                 session_epoch=epoch,
-                topics=group_by_topic(rows.items(), "topic"),
-                forgotten_topics_data=indexes_by_topic(forgotten, "topic", "partitions"),
+                forgotten=forgotten,
             ),
             decode_fetch_response,
         )

@@ -10,9 +10,10 @@ epoch 0 and the old id, which closes that session on the leader and opens a new 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from backbone.protocol.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
+from backbone.wire.fetch import FetchRequestPartition
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -24,7 +25,7 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch == _MAX_EPOCH else epoch + 1
 
 
-Row = Mapping[str, Any]
+Row = FetchRequestPartition
 K = TypeVar("K", bound=tuple[str, int])  # a partition: (topic, index), or a TopicPartition
 
 

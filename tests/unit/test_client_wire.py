@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from backbone.protocol.api import ApiKey
 from backbone.protocol.codec import decode_request, decode_response
 from backbone.protocol.errors import UnsupportedVersionError
 from backbone.protocol.headers import MalformedMessage
@@ -11,9 +12,12 @@ from backbone.protocol.records import RecordBatchBuilder
 from backbone.wire.fetch import (
     FETCH_VERSIONS,
     FetchPartitionResult,
+    FetchRequestPartition,
     decode_fetch_response,
+    encode_fetch_request,
     encode_fetch_response,
 )
+from backbone.wire.messages import encode_request
 from backbone.wire.produce import (
     PRODUCE_VERSIONS,
     ProducePartitionResult,
@@ -71,6 +75,47 @@ def test_produce_response_matches_the_brokers_encoder(version: int) -> None:
     if version >= 8:
         assert decoded[2].record_errors == [(0, "bad record")]
         assert decoded[2].error_message == "broken"
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@pytest.mark.parametrize(("replica_id", "leader_epoch", "log_start"), [(-1, -1, -1), (3, 7, 12)])
+def test_fetch_request_matches_kio_byte_for_byte(
+    version: int, replica_id: int, leader_epoch: int, log_start: int
+) -> None:
+    asked = {
+        ("alpha", 0): FetchRequestPartition(0, 100, 1 << 20, leader_epoch, log_start),
+        ("béta", 1): FetchRequestPartition(1, 0, 77, leader_epoch, log_start),
+        ("alpha", 2): FetchRequestPartition(2, 5, 4096, leader_epoch, log_start),
+    }
+    fields = {
+        "replica_id": replica_id,
+        "min_bytes": 1,
+        "max_bytes": 52_428_800,
+        "isolation_level": 1,
+        "session_id": 9,
+        "session_epoch": 4,
+        "rack_id": "rack-1",
+    }
+    ours = encode_fetch_request(
+        version, max_wait_ms=500, partitions=asked, forgotten=[("gone", 3), ("gone", 4)], **fields
+    )
+    by_kio = encode_request(
+        ApiKey.FETCH,
+        version,
+        max_wait=500,
+        topics=[
+            {"topic": "alpha", "partitions": [asked["alpha", 0]._asdict(), asked["alpha", 2]._asdict()]},
+            {"topic": "béta", "partitions": [asked["béta", 1]._asdict()]},
+        ],
+        forgotten_topics_data=[{"topic": "gone", "partitions": [3, 4]}],
+        **fields,
+    )
+    assert ours == by_kio
+    read_back = decode_request(ApiKey.FETCH, version, ours)
+    assert [(t.topic, [int(p.fetch_offset) for p in t.partitions]) for t in read_back.topics] == [
+        ("alpha", [100, 5]),
+        ("béta", [0]),
+    ]
 
 
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
@@ -145,3 +190,7 @@ def test_versions_outside_the_codecs_are_refused() -> None:
         encode_produce_request(2, 1, 1, [])
     with pytest.raises(UnsupportedVersionError):
         decode_fetch_response(13, b"")
+    with pytest.raises(UnsupportedVersionError):
+        encode_fetch_request(
+            3, replica_id=-1, max_wait_ms=1, min_bytes=1, max_bytes=1, isolation_level=0, partitions={}
+        )

@@ -11,6 +11,7 @@ from backbone.broker.fetch_sessions import FetchSessionCache, SessionPartition
 from backbone.broker.handlers.fetch import fetch_handler
 from backbone.protocol.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from backbone.protocol.records import decode_batches
+from backbone.wire.fetch import FetchRequestPartition
 from backbone.wire.fetch_session import FetchSessionBuilder
 from tests.helpers.batches import build_batch
 from tests.helpers.broker_pieces import pieces_fixture
@@ -169,8 +170,8 @@ def test_with_no_slots_every_fetch_is_sessionless() -> None:
     assert FetchSessionCache(max_slots=0).open(True, partitions(1)) is None
 
 
-def row(offset: int, leader_epoch: int = 0) -> dict:
-    return {"fetch_offset": offset, "current_leader_epoch": leader_epoch}
+def row(offset: int, leader_epoch: int = 0) -> FetchRequestPartition:
+    return FetchRequestPartition(0, offset, 1 << 20, leader_epoch)
 
 
 def test_the_builder_names_only_moved_partitions_and_forgets_dropped_ones() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -43,11 +44,15 @@ from backbone.protocol.errors import (
 )
 from backbone.protocol.record_batch import HEADER_SIZE, peek_size, read_header
 from backbone.protocol.records import ControlType, DecodedBatch, Record, control_type, decode_batch
-from backbone.wire.connection import encode_kio
 from backbone.wire.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
-from backbone.wire.fetch import FetchedPartition, decode_fetch_response
+from backbone.wire.fetch import (
+    FetchedPartition,
+    FetchRequestPartition,
+    decode_fetch_response,
+    encode_fetch_request,
+)
 from backbone.wire.fetch_session import FetchSessionBuilder
-from backbone.wire.messages import group_by_topic, indexes_by_topic
+from backbone.wire.messages import group_by_topic
 
 __all__ = ["EARLIEST", "LATEST", "CompletedFetch", "Fetcher", "PartitionState"]
 
@@ -306,10 +311,10 @@ class Fetcher:
     async def _fetch(self, node_id: int, parts: list[tuple[TopicPartition, PartitionState]]) -> None:
         sent = {tp: (state.generation, state.fetch_position) for tp, state in parts}
         limit = self.partition_max_bytes
-        wanted = {
-            tp: {"partition": tp.partition, "fetch_offset": offset, "partition_max_bytes": limit}
-            for tp, (_, offset) in sent.items()
-        }
+        wanted = {}
+        for tp, (_, offset) in sent.items():
+            assert offset is not None  # _send_requests sends partitions without a position to _reset
+            wanted[tp] = FetchRequestPartition(tp.partition, offset, limit)
         # A fetch session (KIP-227) per broker: only the partitions that moved are named, and only those with
         # news come back. Partitions not fetched this time (paused, buffered enough) are forgotten meanwhile.
         session: FetchSessionBuilder[TopicPartition] = self._sessions.setdefault(
@@ -322,17 +327,17 @@ class Fetcher:
             response = await self.cluster.request(
                 node_id,
                 ApiKey.FETCH,
-                encode_kio(
-                    ApiKey.FETCH,
+                functools.partial(
+                    encode_fetch_request,
                     replica_id=-1,
-                    max_wait=self.max_wait_ms,
+                    max_wait_ms=self.max_wait_ms,
                     min_bytes=self.min_bytes,
                     max_bytes=self.max_bytes,
                     isolation_level=self.isolation,
+                    partitions=rows,
                     session_id=session_id,
                     session_epoch=epoch,
-                    topics=group_by_topic(rows.items(), "topic"),
-                    forgotten_topics_data=indexes_by_topic(forgotten, "topic", "partitions"),
+                    forgotten=forgotten,
                 ),
                 decode_fetch_response,
                 timeout_ms=self.timeout_ms,
