@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from typing import Any, NamedTuple, overload
 
-from backbone.protocol.records import Header, Record
+from backbone.protocol.records import Header, LazyRecords, Record
 
 __all__ = [
     "ConsumerRecord",
@@ -136,6 +136,19 @@ class RecordList(Sequence[ConsumerRecord]):
                     yield (r.offset, r.timestamp, r.key, r.value, r.headers)
             else:
                 yield from items
+
+    def timestamps(self) -> list[int]:
+        """Each record's timestamp, in order, without making the records where the decoder left them
+        undecoded (runs, and with `record.regions` the rest): what an audit counter reads."""
+        out: list[int] = []
+        for kind, items in self._chunks:
+            if isinstance(items, LazyRecords):
+                out += items.record_timestamps()
+            elif kind is None:
+                out += [r.timestamp for r in items]
+            else:
+                out += [r[1] for r in items]
+        return out
 
     def runs(self) -> Iterator[tuple[TimestampType, Sequence[Record]]]:
         """The records as runs of plain (offset, timestamp, key, value, headers) tuples, each run with its

@@ -67,6 +67,37 @@ class RecordRegion:
     def __len__(self) -> int:
         return len(self.starts)
 
+    def record_timestamps(self) -> list[int]:
+        """Each record's timestamp, read from its length and timestamp delta alone (an audit counts records
+        by time and needs nothing else); raises CorruptMessageError where a record does not hold one."""
+        buf, base = self.buf, self.base_timestamp
+        short = SHORT_VARINTS
+        out = []
+        try:
+            for start in self.starts:
+                b = buf[start]
+                if b < 0x80:
+                    length, pos = short[b], start + 1
+                elif buf[start + 1] < 0x80:
+                    length, pos = short[buf[start + 1] << 8 | b], start + 2
+                else:
+                    length, pos = read_varint(buf, start)
+                record_end = pos + length
+                pos += 1  # the attributes byte
+                b = buf[pos]
+                if b < 0x80:
+                    delta, pos = short[b], pos + 1
+                elif buf[pos + 1] < 0x80:
+                    delta, pos = short[buf[pos + 1] << 8 | b], pos + 2
+                else:
+                    delta, pos = read_varint(buf, pos)
+                if pos > record_end:
+                    raise IndexError
+                out.append(base + delta)
+        except IndexError:
+            raise CorruptMessageError("a record ends before its timestamp") from None
+        return out
+
     def records(self) -> list[Record]:
         """Its records as plain tuples (the decoder's general loop); raises CorruptMessageError."""
         from backbone.protocol.records import decode_records_at

@@ -98,6 +98,12 @@ class UniformRun:
         """Record `index` (0 <= index < len)."""
         return next(iter(self.cut(index, index + 1)))
 
+    def record_timestamps(self) -> list[int]:
+        """Each record's timestamp, without making the records."""
+        table = self.timestamps
+        fields = self.layout.fields.iter_unpack(memoryview(self.buf)[self.pos : self.end])
+        return [table[unpacked[0]] for unpacked in fields]
+
     def cut(self, start: int, stop: int) -> UniformRun:
         """Records [start, stop) of the run (0 <= start <= stop <= len)."""
         pos = self.pos + start * self.layout.stride

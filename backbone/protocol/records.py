@@ -178,6 +178,16 @@ class LazyRecords(Sequence[Record]):
     def __iter__(self) -> Iterator[Record]:
         return itertools.chain.from_iterable(self._parts)
 
+    def record_timestamps(self) -> list[int]:
+        """Each record's timestamp, without making the records of runs and regions."""
+        out: list[int] = []
+        for part in self._parts:
+            if isinstance(part, list):
+                out += [record[1] for record in part]
+            else:
+                out += part.record_timestamps()
+        return out
+
     @overload
     def __getitem__(self, index: int) -> Record: ...
 

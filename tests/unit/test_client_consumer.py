@@ -25,7 +25,7 @@ from backbone.client.structs import (
 )
 from backbone.protocol.compression import Codec
 from backbone.protocol.errors import OffsetOutOfRangeError
-from backbone.protocol.records import RecordBatchBuilder
+from backbone.protocol.records import RecordBatchBuilder, decode_batch
 from backbone.wire.errors import IllegalStateError, KafkaTimeoutError
 from tests.helpers.fake_cluster import FakeCluster
 
@@ -403,6 +403,14 @@ def test_record_lists_build_consumer_records_on_demand() -> None:
     with pytest.raises(IndexError):
         records[3]
     assert not RecordList("t", 0)
+    assert records.timestamps() == [50, 60, 70]
+
+
+def test_record_lists_give_timestamps_of_undecoded_runs() -> None:
+    batch = decode_batch(uniform_batch(0, 40), lazy=True).records
+    records = RecordList("t", 0)
+    records.add(TimestampType.CREATE_TIME, batch[5:])
+    assert records.timestamps() == [r.timestamp for r in records] and len(records.timestamps()) == 35
 
 
 def uniform_batch(start: int, count: int, codec: Codec = Codec.NONE) -> bytes:

@@ -25,6 +25,7 @@ from backbone.protocol.record_batch import (
     set_base_offset,
     set_log_append_time,
 )
+from backbone.protocol.record_runs import UniformRun
 from backbone.protocol.records import (
     KEY,
     TIMESTAMP,
@@ -356,6 +357,34 @@ def test_regions_hold_the_same_records_as_the_decoder_makes() -> None:
     assert list(lazy) == expected
     assert [lazy[i] for i in (0, 37, 499)] == [expected[i] for i in (0, 37, 499)]
     assert list(lazy[100:230]) == expected[100:230]
+
+
+@pytest.mark.parametrize("regions", [False, True])
+def test_timestamps_read_alone_match_the_decoded_records(regions: bool) -> None:
+    # Unlike records (regions, or records decoded one by one), then a uniform run, then unlike ones again.
+    builder = RecordBatchBuilder()
+    rng = random.Random(5)
+    for i in range(300):
+        alike = 100 <= i < 200
+        headers = [] if alike else [("h", rng.randbytes(rng.randrange(4)))]
+        value = b"v" * 50 if alike else rng.randbytes(rng.randrange(300))
+        # Out of order and of varying widths outside the run; alike widths inside it.
+        timestamp = 1_000 + i % 3 if alike else 1_000 + i * 997 - (i % 7) * 20_000
+        builder.append(None, value, headers, timestamp)
+    lazy = decode_batch(builder.build(), lazy=True, regions=regions).records
+    expected = [record[1] for record in decode_batch(builder.build()).records]
+    assert any(isinstance(part, UniformRun) for part in lazy.parts)  # type: ignore[attr-defined]
+    assert lazy.record_timestamps() == expected  # type: ignore[attr-defined]
+    assert lazy[50:250].record_timestamps() == expected[50:250]  # type: ignore[attr-defined]
+
+
+def test_a_record_too_short_for_its_timestamp_is_corrupt() -> None:
+    from backbone.protocol.record_regions import RecordRegion
+
+    # Two one-byte records: a length of 1 holds the attributes byte and nothing more.
+    region = RecordRegion(b"\x02\x00\x02\x00", 0, 4, 0, 1_000, [0, 2])
+    with pytest.raises(CorruptMessageError, match="timestamp"):
+        region.record_timestamps()
 
 
 def test_a_region_whose_records_are_damaged_fails_when_read() -> None:
