@@ -91,7 +91,7 @@ class Partition:
         # Compaction stays below the high watermark: records above it may still be truncated away.
         log_.cleaner_upper_bound = lambda: log_.high_watermark
         self.producer_state = ProducerStateManager(log_.directory, producer_expiration_ms)
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters: list[asyncio.Future[bool]] = []
         # Set when this broker stops hosting the partition (its topic deleted, or the replica moved away):
         # what acks=all produces still wait for then fails at once rather than at the request's timeout.
         self.removed: str | None = None  # "deleted" or "moved"
@@ -341,12 +341,12 @@ class Partition:
 
     # -- long-poll fetch support ----------------------------------------------------------------------
 
-    def new_waiter(self) -> asyncio.Future[None]:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def new_waiter(self) -> asyncio.Future[bool]:
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.add_waiter(waiter)
         return waiter
 
-    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+    def add_waiter(self, waiter: asyncio.Future[bool]) -> None:
         """Have the next append or leadership change complete `waiter` (one future may wait on several
         partitions: whichever moves first completes it)."""
         if len(self._waiters) >= 64:
@@ -367,11 +367,13 @@ class Partition:
             return UnknownTopicOrPartitionError(f"{where} was deleted while waiting for acks")
         return NotLeaderOrFollowerError(f"{where} moved off this broker while waiting for acks")
 
-    def wake_waiters(self) -> None:
+    def wake_waiters(self, answer_now: bool = False) -> None:
+        """Wake the long-polls waiting here; with `answer_now` (the broker stopping) they answer at once,
+        else each reads again only if the partition has more for it."""
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(answer_now)
 
     # -- producer state persistence -------------------------------------------------------------------
 

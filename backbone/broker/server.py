@@ -339,7 +339,7 @@ class Broker(MetadataListener):
         log.debug("event=shutdown_step step=replication")
         await self.replicas.stop_replication()
         for partition in self.replicas.partitions.values():
-            partition.wake_waiters()  # long-polls answer now, on the loop, before storage closes
+            partition.wake_waiters(answer_now=True)  # long-polls answer, on the loop, before storage closes
         await self._bounded_zk("unregister", self.store.unregister_broker)
         # Storage closes cleanly whatever ZooKeeper does: snapshots, clean-shutdown markers.
         log.debug("event=shutdown_step step=storage")

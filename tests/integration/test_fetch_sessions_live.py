@@ -101,3 +101,5 @@ def test_our_consumer_reads_through_a_session_across_pauses_and_a_new_assignment
         wait_for(lambda: len(poll()) >= len(sent), what="the last record")
         assert sorted(received) == sorted(sent)
         assert value(scrape(port), "backbone_broker_fetch_sessions") == 1
+    # Closing, the consumer told the broker to drop its session (the final epoch): the slot is free now.
+    assert value(scrape(port), "backbone_broker_fetch_sessions") == 0

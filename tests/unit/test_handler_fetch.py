@@ -105,6 +105,40 @@ async def test_a_long_poll_is_answered_when_a_record_arrives(pieces) -> None:
     assert offsets_in(answer.records) == [0]
 
 
+async def test_a_long_poll_reads_again_only_when_its_partition_has_more_for_it(pieces, monkeypatch) -> None:
+    partition = pieces.lead("t", 0, (1, FOLLOWER, 3))
+    partition.append_as_leader(memoryview(build_batch(2)))
+    reads = []
+    read = partition.read
+    monkeypatch.setattr(partition, "read", lambda *args: reads.append(args) or read(*args))
+    waiting = asyncio.ensure_future(
+        fetch_partition(pieces, fetch_request(2, replica_id=FOLLOWER, max_wait_ms=60_000))
+    )
+    await asyncio.sleep(0.05)  # follower 2 holds the log end: its fetch waits
+    assert not waiting.done() and len(reads) == 1
+
+    # Follower 3 catching up moves the high watermark, which wakes the waiting fetch; follower 2 reads up
+    # to the log end, so there is nothing more for it: it waits on without reading again.
+    await fetch_partition(pieces, fetch_request(2, replica_id=3))
+    assert partition.high_watermark == 2
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and len(reads) == 2  # the second read is follower 3's own
+
+    partition.append_as_leader(memoryview(build_batch(1)))
+    answer = await asyncio.wait_for(waiting, 30)
+    assert offsets_in(answer.records) == [2]
+
+
+async def test_a_stopping_broker_answers_long_polls_at_once(pieces) -> None:
+    partition = pieces.lead("t", 0, (1,))
+    waiting = asyncio.ensure_future(fetch_partition(pieces, fetch_request(0, max_wait_ms=60_000)))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    partition.wake_waiters(answer_now=True)
+    answer = await asyncio.wait_for(waiting, 5)
+    assert (answer.error_code, offsets_in(answer.records)) == (ErrorCode.none, [])
+
+
 async def test_a_fetch_waits_for_min_bytes_also_when_its_partition_already_has_records(pieces) -> None:
     partition = pieces.lead("t", 0, (1,))
     first = build_batch(2)

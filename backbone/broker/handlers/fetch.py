@@ -57,17 +57,29 @@ def fetch_handler(
         denied = _denied(authorizer, context, request.replica_id, [topic for topic, _ in plan.to_read])
         # Replication is not a client: no client quota applies to a follower's fetch.
         max_bytes = request.max_bytes if follower else fetch_byte_limit(context, request.max_bytes)
+        stopping = False  # the broker is stopping: answer with what there is
         while True:
             topics, total, readable, full, failed = _read(
                 replicas, plan.to_read, request.replica_id, max_bytes, denied
             )
             remaining = deadline - time.monotonic()
-            if total >= request.min_bytes or remaining <= 0 or failed or full or not readable:
+            if total >= request.min_bytes or remaining <= 0 or failed or full or not readable or stopping:
                 break
-            # Too little yet (`fetch.min.bytes`, as Kafka's delayed fetch): sleep until an append to any asked
-            # partition, also one that already gave records, or the deadline; then read them all again.
+            # Too little yet (`fetch.min.bytes`, as Kafka's delayed fetch): sleep until an asked partition,
+            # also one that already gave records, has more for this fetcher or changes leader, or the
+            # deadline; then read them all again. Wake-ups that bring nothing for it (an append to another
+            # partition, a high watermark this follower does not read up to) do not read again.
+            seen = [_readable_state(partition, follower) for partition in readable]
             waited = time.monotonic()
-            await _wait_for_append(readable, remaining)
+            while remaining > 0:
+                stopping = await _wait_for_append(readable, remaining)
+                if stopping:
+                    break
+                remaining = deadline - time.monotonic()
+                if any(
+                    _readable_state(p, follower) != state for p, state in zip(readable, seen, strict=True)
+                ):
+                    break
             context.remote_wait_s += time.monotonic() - waited
         if follower:
             context.throttle_ms = 0
@@ -88,27 +100,36 @@ def fetch_handler(
     return handle
 
 
-async def _wait_for_append(partitions: list[Partition], timeout: float) -> None:
-    """Sleep until an append to one of `partitions` (or a leadership change) wakes us, or `timeout` s.
+async def _wait_for_append(partitions: list[Partition], timeout: float) -> bool:
+    """Sleep until an append to one of `partitions` (or a leadership change) wakes us, or `timeout` s;
+    True when the broker is stopping and the fetch must answer now.
 
     One future, registered with every partition and awaited directly, so the append that sets it resumes
     this fetch on the next event-loop turn (asyncio.wait over a future per partition took two turns and
     more objects), as Kafka's append path completes a delayed fetch at once.
     """
     loop = asyncio.get_running_loop()
-    woken: asyncio.Future[None] = loop.create_future()
+    woken: asyncio.Future[bool] = loop.create_future()
     for partition in partitions:
         partition.add_waiter(woken)
     timer = loop.call_later(timeout, _wake, woken)
     try:
-        await woken
+        return await woken
     finally:
         timer.cancel()
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
+def _readable_state(partition: Partition, follower: bool) -> tuple[int, int, bool, str | None]:
+    """What a fetch can read of `partition` (up to its log end for a follower, else up to its high
+    watermark) and who leads it: the wait ends when this changes."""
+    log = partition.log
+    limit = log.log_end_offset if follower else log.high_watermark
+    return limit, partition.leader_epoch, partition.is_leader, partition.removed
+
+
+def _wake(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(False)
 
 
 def _denied(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import itertools
 import logging
@@ -51,7 +52,7 @@ from backbone.wire.fetch import (
     decode_fetch_response,
     encode_fetch_request,
 )
-from backbone.wire.fetch_session import FetchSessionBuilder
+from backbone.wire.fetch_session import FINAL_EPOCH, FetchSessionBuilder
 from backbone.wire.messages import group_by_topic
 
 __all__ = ["EARLIEST", "LATEST", "CompletedFetch", "Fetcher", "PartitionState"]
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 _MAX_BUFFERED = 2
+_CLOSE_SESSIONS_S = 1.0
 _state_serials = itertools.count(1)
 _new_tuple = tuple.__new__
 _CREATE = TimestampType.CREATE_TIME
@@ -192,6 +194,34 @@ class Fetcher:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._close_sessions()
+
+    async def _close_sessions(self) -> None:
+        """Tell each broker holding a fetch session of ours to drop it (a fetch with the final epoch, as
+        Kafka's consumer sends on close), so its slot is free at once, not after the broker's eviction
+        time. Bounded by `_CLOSE_SESSIONS_S`: a broker that cannot be reached keeps it until then."""
+        held = {node_id: s.session_id for node_id, s in self._sessions.items() if s.session_id}
+        self._sessions.clear()
+        if not held:
+            return
+
+        async def close(node_id: int, session_id: int) -> None:
+            encode = functools.partial(
+                encode_fetch_request,
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=self.max_bytes,
+                isolation_level=self.isolation,
+                partitions={},
+                session_id=session_id,
+                session_epoch=FINAL_EPOCH,
+            )
+            await self.cluster.request(node_id, ApiKey.FETCH, encode, decode_fetch_response)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_CLOSE_SESSIONS_S):
+                await asyncio.gather(*(close(n, s) for n, s in held.items()), return_exceptions=True)
 
     def wakeup(self) -> None:
         self._wakeup.set()
