@@ -68,22 +68,17 @@ class RecordRegion:
         return len(self.starts)
 
     def record_timestamps(self) -> list[int]:
-        """Each record's timestamp, read from its length and timestamp delta alone (an audit counts records
-        by time and needs nothing else); raises CorruptMessageError where a record does not hold one."""
-        buf, base = self.buf, self.base_timestamp
+        """Each record's timestamp, read from its timestamp delta alone (an audit counts records by time and
+        needs nothing else); raises CorruptMessageError where a record does not hold one."""
+        buf, base, starts = self.buf, self.base_timestamp, self.starts
         short = SHORT_VARINTS
         out = []
         try:
-            for start in self.starts:
-                b = buf[start]
-                if b < 0x80:
-                    length, pos = short[b], start + 1
-                elif buf[start + 1] < 0x80:
-                    length, pos = short[buf[start + 1] << 8 | b], start + 2
-                else:
-                    length, pos = read_varint(buf, start)
-                record_end = pos + length
-                pos += 1  # the attributes byte
+            for start, record_end in zip(starts, [*starts[1:], self.end], strict=True):
+                # Past the record's length varint and its attributes byte: the timestamp delta.
+                pos = start + 2 if buf[start] < 0x80 else start + 3 if buf[start + 1] < 0x80 else 0
+                if not pos:
+                    pos = read_varint(buf, start)[1] + 1
                 b = buf[pos]
                 if b < 0x80:
                     delta, pos = short[b], pos + 1
