@@ -43,10 +43,18 @@ def broker(broker_factory) -> BrokerProcess:
 
 
 @pytest.fixture
-def topic(broker: BrokerProcess) -> str:
+def topic(broker: BrokerProcess, wait_for) -> str:
     name = unique_name("membership")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+
+        # kafka-python's group leader assigns from the metadata it holds: a topic the broker's metadata does
+        # not show yet gets no assignment until the leader's next refresh (metadata.max.age.ms, 5 minutes).
+        def led() -> bool:
+            partitions = admin.describe_topics([name])[name].partitions
+            return len(partitions) == PARTITIONS and all(p.leader >= 0 for p in partitions)
+
+        wait_for(led, what=f"{name}'s partitions led")
     return name
 
 
