@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from backbone.log import Log
 from backbone.log.append import AppendInfo, check_batches, validate_producer_records
@@ -35,8 +36,7 @@ from backbone.protocol.record_batch import NO_PRODUCER_ID
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):  # one per append: a tuple builds in a third of a frozen dataclass's time
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from backbone.protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 from backbone.protocol.record_batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
@@ -33,9 +34,9 @@ NO_EPOCH = -1
 _INT32_MAX = 0x7FFFFFFF
 
 
-@dataclass(frozen=True, slots=True)
-class BatchRecord:
-    """What the leader remembers of one appended batch of an idempotent producer."""
+class BatchRecord(NamedTuple):
+    """What the leader remembers of one appended batch of an idempotent producer (a tuple: one per batch,
+    built in a third of a frozen dataclass's time)."""
 
     first_sequence: int
     last_sequence: int

@@ -272,7 +272,8 @@ class ApiTable(Generic[H]):
         entry = self._entries.get(api_key)
         if entry is None:
             raise InvalidRequestError(f"unknown API key {api_key}")
-        if api_version not in entry.versions:
+        versions = entry.versions
+        if not versions.min <= api_version <= versions.max:  # `in` would call Python code on every request
             raise UnsupportedVersionError(
                 f"{ApiKey(api_key).name} version {api_version} is not supported ({entry.versions})"
             )

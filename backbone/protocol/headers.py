@@ -30,9 +30,8 @@ the broker answers (or closes the connection over) when a request cannot be pars
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from functools import cache
-from typing import Final
+from typing import Final, NamedTuple
 
 from kio.index import load_request_schema
 from kio.schema.index import api_key_map, schema_name_map
@@ -160,8 +159,9 @@ def response_header_version(api_key: int, api_version: int) -> int:
 # -- request header ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """A decoded request header: a tuple, built once per request (a frozen dataclass costs ~3x to build)."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -200,8 +200,7 @@ def _read_client_id(buf: Buffer, pos: int) -> tuple[str | None, int]:
         raise MalformedMessage("truncated client id")
     # Java's String(bytes, UTF_8) replaces malformed sequences; a client id is for logs and
     # quotas only, so being as lenient as Kafka beats refusing the connection.
-    client_id = bytes(buf[pos : pos + size]).decode("utf-8", errors="replace")
-    return client_id, pos + size
+    return str(buf[pos : pos + size], "utf-8", "replace"), pos + size
 
 
 def encode_request_header(

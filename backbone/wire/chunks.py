@@ -44,6 +44,10 @@ def frame_chunks(correlation_id: int, header_version: int, body: Sequence[Chunk]
     """Size prefix + response header + `body`; each byte chunk joined to the one before it while that
     stays within 64 KiB (a whole Produce response is one chunk), regions left as they are."""
     header = encode_response_header(correlation_id, header_version)
+    if len(body) == 1:
+        (only,) = body
+        if type(only) is bytes and len(only) <= _JOIN_LIMIT:  # every small answer but Fetch's: one join
+            return [frame_prefix(len(header) + len(only)) + header + only]
     size = len(header) + sum(chunk_length(chunk) for chunk in body)
     chunks: list[Chunk] = [frame_prefix(size) + header]
     for chunk in body:
