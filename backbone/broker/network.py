@@ -285,9 +285,11 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 frame, arrived = self.queue.popleft()
                 self.queued_bytes -= frame.nbytes
-                self._update_reading()
+                if self._reading_paused:  # taking a request can only resume reading, never pause it
+                    self._update_reading()
                 await self._handle(frame, arrived)
-                self._release(frame.nbytes)
+                if self.held_bytes:  # only with the broker's request memory budget on
+                    self._release(frame.nbytes)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -416,8 +418,7 @@ class Connection(asyncio.BufferedProtocol):
         await self.write_chunks(frame_chunks(header.correlation_id, header_version, [codec.encode(entity)]))
 
     async def send_chunks(self, header: RequestHeader, body: Sequence[Chunk]) -> None:
-        header_version = response_header_version(header.api_key, header.api_version)
-        await self.write_chunks(frame_chunks(header.correlation_id, header_version, body))
+        await self.write_chunks(frame_chunks(header.correlation_id, header.response_header_version, body))
 
     async def write_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Write one answer. While more requests wait behind it (a client pipelining, as librdkafka does),

@@ -168,6 +168,12 @@ class RequestHeader(NamedTuple):
     client_id: str | None
     header_version: int
 
+    @property
+    def response_header_version(self) -> int:
+        """The answer's header version, as `response_header_version` gives it, read off this header: flexible
+        (1) exactly when this header is (2), but for ApiVersions (always 0)."""
+        return 1 if self.header_version == 2 and self.api_key != API_VERSIONS_KEY else 0
+
 
 def decode_request_header(buf: Buffer, pos: int = 0) -> tuple[RequestHeader, int]:
     """Parse the request header at `pos`; return it and the position where the body starts.

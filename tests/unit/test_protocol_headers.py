@@ -73,6 +73,12 @@ def test_header_version_special_cases(
     assert response_header_version(api_key, version) == response_header
 
 
+@pytest.mark.parametrize(("api_key", "version"), [*ALL_KIO_VERSIONS, (18, 9), (7, 0), (999, 5), (0, 99)])
+def test_a_decoded_header_knows_its_answers_header_version(api_key: int, version: int) -> None:
+    header, _ = decode_request_header(encode_request_header(api_key, version, 7, "client"))
+    assert header.response_header_version == response_header_version(api_key, version)
+
+
 def test_first_flexible_versions() -> None:
     assert first_flexible_version(0) == 9
     assert first_flexible_version(18) == 3
