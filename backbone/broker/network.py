@@ -448,7 +448,8 @@ class Connection(asyncio.BufferedProtocol):
         if not self.queue or self._unsent_bytes >= COALESCE_BYTES:
             self.flush()
         self.last_active = time.monotonic()
-        await self.drained()
+        if not self._writable.is_set():  # as `drained`, without a coroutine per answer
+            await self._writable.wait()
 
     def flush(self) -> None:
         """Write the answers held back, in one system call."""
