@@ -10,10 +10,10 @@ epoch 0 and the old id, which closes that session on the leader and opens a new 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Generic, TypeVar
+from typing import Generic
 
 from backbone.protocol.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
-from backbone.wire.fetch import FetchRequestPartition
+from backbone.wire.fetch import FetchRequestPartition, K
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -26,7 +26,6 @@ def next_epoch(epoch: int) -> int:
 
 
 Row = FetchRequestPartition
-K = TypeVar("K", bound=tuple[str, int])  # a partition: (topic, index), or a TopicPartition
 
 
 class FetchSessionBuilder(Generic[K]):
