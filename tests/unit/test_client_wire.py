@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backbone.protocol.api import ApiKey
-from backbone.protocol.codec import decode_request, decode_response
+from backbone.protocol.codec import decode_request, decode_response, encode
 from backbone.protocol.errors import UnsupportedVersionError
 from backbone.protocol.headers import MalformedMessage
 from backbone.protocol.records import RecordBatchBuilder
@@ -17,7 +17,7 @@ from backbone.wire.fetch import (
     encode_fetch_request,
     encode_fetch_response,
 )
-from backbone.wire.messages import encode_request
+from backbone.wire.messages import build_response, encode_request
 from backbone.wire.produce import (
     PRODUCE_VERSIONS,
     ProducePartitionResult,
@@ -75,6 +75,43 @@ def test_produce_response_matches_the_brokers_encoder(version: int) -> None:
     if version >= 8:
         assert decoded[2].record_errors == [(0, "bad record")]
         assert decoded[2].error_message == "broken"
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_response_reads_kios_encoding_with_and_without_the_plain_tail(version: int) -> None:
+    # The decoder skips "no record errors, no message, no tags" in one step; everything else (errors, a
+    # message, a tagged CurrentLeader from v10 on) is read field by field, and partitions stay aligned.
+    plain = {"index": 0, "error_code": 0, "base_offset": 42, "log_append_time": None, "log_start_offset": 7}
+    failed = {
+        "index": 1,
+        "error_code": 87,
+        "base_offset": -1,
+        "log_append_time": None,
+        "log_start_offset": 7,
+        "record_errors": [{"batch_index": 3, "batch_index_error_message": "bad"}],
+        "error_message": "broken",
+    }
+    moved = {"index": 2, "error_code": 6, "base_offset": -1, "log_append_time": None, "log_start_offset": -1}
+    moved["current_leader"] = {"leader_id": 2, "leader_epoch": 5}
+    after = dict(plain, index=3, base_offset=43)
+    responses = [
+        {"name": "alpha", "partition_responses": [plain, failed, moved, after]},
+        {"name": "beta", "partition_responses": [dict(plain, base_offset=9)]},
+    ]
+    body = encode(build_response(ApiKey.PRODUCE, version, responses=responses, throttle_time=0))
+    decoded = decode_produce_response(version, body)
+    assert [(p.topic, p.partition, p.error_code, p.base_offset) for p in decoded] == [
+        ("alpha", 0, 0, 42),
+        ("alpha", 1, 87, -1),
+        ("alpha", 2, 6, -1),
+        ("alpha", 3, 0, 43),
+        ("beta", 0, 0, 9),
+    ]
+    assert [p.log_start_offset for p in decoded] == ([7, 7, -1, 7, 7] if version >= 5 else [-1] * 5)
+    with_errors = version >= 8
+    assert decoded[1].record_errors == ([(3, "bad")] if with_errors else [])
+    assert decoded[1].error_message == ("broken" if with_errors else None)
+    assert all(p.record_errors == [] and p.error_message is None for p in decoded if p.partition != 1)
 
 
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
