@@ -56,7 +56,7 @@ I64 = fields.I64
 
 _I32_I16_I64_I64 = struct.Struct(">ihqq")
 _I32_I16_I64_I64_I64 = struct.Struct(">ihqqq")
-# v8+: no record errors and a null error message, written as flexible versions do and as the others do.
+# v8+: no record errors and a null error message, by whether the version is flexible.
 _NO_ERRORS = {True: encode_uvarint(1) + encode_uvarint(0), False: I32.pack(0) + I16.pack(-1)}
 # What ends nearly every partition's answer from v8 on: no record errors, a null message and, flexible, no
 # tags. The decoder recognises it in one comparison and skips it whole instead of reading field by field.
