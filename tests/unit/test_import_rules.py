@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.python_source import parse
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +48,7 @@ def room_of_module(module: str) -> str | None:
 def imported_rooms(source: str, module: str) -> list[tuple[int, str]]:
     """(line, room) of every backbone room `source` imports, deferred and type-checking imports included."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

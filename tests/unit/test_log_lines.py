@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.python_source import parse
+
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).parents[2] / "backbone"
@@ -69,7 +71,7 @@ def message_of(call: ast.Call, constants: dict[str, str]) -> str | None:
 def prose_lines(source: str) -> list[tuple[int, str]]:
     """(line, message) of every log call whose message is not an `event=... key=value` line."""
     found = []
-    module = ast.parse(source)
+    module = parse(source)
     constants = string_constants(module)
     for node in ast.walk(module):
         message = message_of(node, constants) if isinstance(node, ast.Call) else None

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.python_source import parse
+
 pytestmark = pytest.mark.unit
 
 UNIT_DIR = Path(__file__).parent
@@ -15,7 +17,7 @@ UNIT_DIR = Path(__file__).parent
 def module_markers(source: str) -> set[str]:
     """The names of the `pytest.mark.X` markers in a module's top-level `pytestmark` assignment."""
     markers: set[str] = set()
-    for statement in ast.parse(source).body:
+    for statement in parse(source).body:
         if isinstance(statement, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "pytestmark" for target in statement.targets
         ):
